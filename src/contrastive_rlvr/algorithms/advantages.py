@@ -1,0 +1,168 @@
+"""Group advantages (GRPO, Dr.GRPO) and the RCC-corrected baseline.
+
+Papers: GRPO (DeepSeekMath, arXiv:2402.03300, Sec. 4.1.2); Dr.GRPO
+(arXiv:2503.20783, Sec. 3.2: no std division); RCC ("When Right Meets Wrong:
+Bilateral Context Conditioning with Reward-Confidence Correction for GRPO",
+2026, the BiCC paper).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from .ops import (
+    Tensor,
+    check_rows,
+    check_same_shape,
+    group_view,
+    masked_mean,
+    masked_sum,
+    num_groups,
+)
+
+DEFAULT_EPS = 1e-6
+
+
+def _centered_rewards(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """Per-group centred rewards (B/G, G) and an all-equal flag per group (B/G,).
+
+    The centred value is forced to exactly 0 in groups whose rewards are all
+    equal: ``R - mean(R)`` can be a rounding error away from 0 (e.g. three
+    rewards of 0.1), and such a group must give no gradient at all.
+    """
+    r = group_view(rewards, group_size)
+    equal = (r == r[:, :1]).all(dim=1)
+    centered = r - r.mean(dim=1, keepdim=True)
+    return torch.where(equal.unsqueeze(1), torch.zeros_like(centered), centered), equal
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, *, scale_by_std: bool = True, eps: float = DEFAULT_EPS
+) -> Tensor:
+    """GRPO / Dr.GRPO outcome advantage of every row.
+
+    ``A_i = (R_i - mean_g R) / (std_g R + eps)`` with the unbiased (Bessel)
+    std of the group, or ``A_i = R_i - mean_g R`` when ``scale_by_std=False``
+    (Dr.GRPO). A group of equal rewards gives exactly 0.
+
+    Args:
+        rewards: (B,) scalar reward per completion.
+        group_size: G, completions per prompt (>= 2).
+    Returns:
+        (B,) advantages.
+    """
+    num_groups(rewards.shape[0], group_size, min_size=2, what="group_advantages")
+    centered, _ = _centered_rewards(rewards, group_size)
+    if scale_by_std:
+        std = group_view(rewards, group_size).std(dim=1, unbiased=True, keepdim=True)
+        centered = centered / (std + eps)
+    return centered.reshape(-1)
+
+
+def sequence_delta(
+    logp: Tensor, ref_logp: Tensor, mask: Tensor, *, reduce: Literal["mean", "sum"] = "mean"
+) -> Tensor:
+    """Log-probability shift of each completion, ``delta_i`` of RCC.
+
+    ``delta_i = mean_t (logp - ref_logp)`` over completion tokens (``reduce="mean"``)
+    or the sum (``"sum"``: the log of the sequence probability ratio).
+
+    Args:
+        logp, ref_logp, mask: (B, T).
+    Returns:
+        (B,) delta per row.
+    """
+    check_same_shape(logp=logp, ref_logp=ref_logp, mask=mask)
+    diff = logp - ref_logp
+    if reduce == "mean":
+        return masked_mean(diff, mask, dim=1)
+    if reduce == "sum":
+        return masked_sum(diff, mask, dim=1)
+    raise ValueError(f"reduce must be 'mean' or 'sum', got {reduce!r}")
+
+
+def group_covariance(x: Tensor, y: Tensor, group_size: int) -> Tensor:
+    """Population covariance (divide by G) of ``x`` and ``y`` within each group.
+
+    Args:
+        x, y: (B,).
+    Returns:
+        (B/G,) one covariance per group.
+    """
+    check_same_shape(x=x, y=y)
+    num_groups(x.shape[0], group_size, min_size=2, what="group_covariance")
+    xg, yg = group_view(x, group_size), group_view(y, group_size)
+    return ((xg - xg.mean(1, keepdim=True)) * (yg - yg.mean(1, keepdim=True))).mean(1)
+
+
+def rcc_baseline(rewards: Tensor, delta: Tensor, group_size: int, *, coef: float = 2.0) -> Tensor:
+    """RCC baseline of every row: ``b* = mean_g R + coef * Cov_g(R, delta)``.
+
+    The variance-minimising baseline under the importance weight
+    ``w = exp(delta)`` is ``E[w^2 R] / E[w^2]``; with ``w^2 ~ 1 + 2 delta`` it is
+    ``E[R] + 2 Cov(R, delta)`` to first order (BiCC paper, RCC). ``delta`` is
+    detached: a baseline carries no gradient.
+
+    Args:
+        rewards, delta: (B,).
+    Returns:
+        (B,) the group's baseline repeated on each of its rows.
+    """
+    check_rows("delta", delta, rewards.shape[0])
+    centered, _ = _centered_rewards(rewards, group_size)
+    d = group_view(delta.detach().to(rewards.dtype), group_size)
+    # Population covariance from the exactly-centred rewards: an all-equal
+    # group has covariance exactly 0, so its baseline is exactly its mean.
+    cov = (centered * (d - d.mean(1, keepdim=True))).mean(1, keepdim=True)
+    mean = group_view(rewards, group_size).mean(1, keepdim=True)
+    return (mean + coef * cov).expand(-1, group_size).reshape(-1)
+
+
+def rcc_advantages(
+    rewards: Tensor,
+    delta: Tensor,
+    group_size: int,
+    *,
+    coef: float = 2.0,
+    scale_by_std: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Advantages with the RCC-corrected baseline.
+
+    ``A_i = (R_i - b*) / (std_g R + eps)`` (or ``R_i - b*`` when
+    ``scale_by_std=False``) with ``b* = mean_g R + coef * Cov_g(R, delta)``,
+    Cov the population covariance. ``coef=0`` recovers :func:`group_advantages`.
+    A group of equal rewards gives exactly 0.
+
+    Args:
+        rewards: (B,) rewards. delta: (B,) from :func:`sequence_delta`.
+    Returns:
+        (B,) advantages.
+    """
+    num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_advantages")
+    check_rows("delta", delta, rewards.shape[0])
+    centered, equal = _centered_rewards(rewards, group_size)
+    b_shift = group_view(rcc_baseline(rewards, delta, group_size, coef=coef), group_size)
+    adv = group_view(rewards, group_size) - b_shift
+    adv = torch.where(equal.unsqueeze(1), torch.zeros_like(adv), adv)
+    if scale_by_std:
+        std = group_view(rewards, group_size).std(dim=1, unbiased=True, keepdim=True)
+        adv = adv / (std + eps)
+    return adv.reshape(-1)
+
+
+def collapse_rate(rewards: Tensor, group_size: int) -> Tensor:
+    """Advantage collapse rate: share of groups whose rewards are all equal.
+
+    Such groups give a zero advantage and no gradient (AVSPO paper's ACR).
+
+    Args:
+        rewards: (B,).
+    Returns:
+        0-dim tensor in [0, 1].
+    """
+    num_groups(rewards.shape[0], group_size, min_size=1, what="collapse_rate")
+    _, equal = _centered_rewards(rewards, group_size)
+    return equal.float().mean()

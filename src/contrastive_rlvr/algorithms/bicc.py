@@ -1,0 +1,283 @@
+"""BiCC: Bilateral Context Conditioning (the BiCC paper, "When Right Meets Wrong", 2026).
+
+For the loss only, each correct completion of a group is scored as the
+continuation of ``[q ; O-]`` (the prompt followed by the group's wrong
+completions), each wrong one as the continuation of ``[q ; O+]``. Generation
+and evaluation never see this context: no extra sampling, no inference cost.
+
+This module builds the conditioned prompts as token ids. Who computes the
+log-probs chooses the ratio mode (:data:`BICC_RATIO_MODES`):
+
+- ``"paper"``: ``rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)``, the ratio the
+  paper states; the old (and reference) log-probs are the ones of the plain
+  prompt, computed at sampling time. This ratio is not 1 even on-policy.
+- ``"consistent"``: ``rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp])``;
+  the old log-probs are recomputed on the conditioned prompt, so the ratio is
+  1 on-policy and clipping means what it means in PPO.
+
+Context budget (the paper's "context ratio", Table 3): we read it as a token
+budget ``floor(context_ratio * max_seq_len)`` for everything added to the
+prompt (the template framing and the opposite completions), shared among the
+opposite completions by water-filling: completions shorter than an equal share
+keep all their tokens and leave the rest to the longer ones, which are cut
+by the ``truncation`` rule (``"middle"`` keeps the head and the tail, so both
+the start of the reasoning and the final answer stay; ``"head"``, ``"tail"``).
+Completions are taken in group order; if even one token of each cannot fit,
+the last ones are left out. Rows of one-sided groups keep their plain prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .ops import Tensor, check_rows, group_view, num_groups
+
+BICC_RATIO_MODES: tuple[str, ...] = ("paper", "consistent")
+Truncation = Literal["head", "tail", "middle"]
+Placement = Literal["after_prompt", "before_prompt"]
+
+
+@dataclass(frozen=True)
+class BiCCTemplate:
+    """The text framing the opposite partition's completions.
+
+    ``header_correct`` introduces correct completions (shown to the wrong
+    ones), ``header_wrong`` wrong completions (shown to the correct ones);
+    ``item_prefix`` may use ``{index}`` (1-based).
+    """
+
+    header_correct: str = "\nCorrect attempts at this problem:\n"
+    header_wrong: str = "\nIncorrect attempts at this problem:\n"
+    item_prefix: str = "Attempt {index}: "
+    item_suffix: str = "\n"
+    footer: str = "Your attempt:\n"
+
+    def encode(self, encode: Callable[[str], list[int]], max_items: int) -> EncodedTemplate:
+        """Token ids of every piece, with ``encode`` the tokenizer (no special tokens)."""
+        return EncodedTemplate(
+            header_correct=list(encode(self.header_correct)),
+            header_wrong=list(encode(self.header_wrong)),
+            item_prefixes=[
+                list(encode(self.item_prefix.format(index=i + 1))) for i in range(max_items)
+            ],
+            item_suffix=list(encode(self.item_suffix)),
+            footer=list(encode(self.footer)),
+        )
+
+
+@dataclass(frozen=True)
+class EncodedTemplate:
+    """A :class:`BiCCTemplate` as token ids; ``item_prefixes[k]`` frames the k-th item."""
+
+    header_correct: list[int]
+    header_wrong: list[int]
+    item_prefixes: list[list[int]]
+    item_suffix: list[int]
+    footer: list[int]
+
+
+@dataclass
+class BiCCPrompts:
+    """Conditioned prompts of a batch, one per row, left-padded.
+
+    Attributes:
+        input_ids: (B, P) token ids, left-padded with the pad id.
+        attention_mask: (B, P), 1 on real tokens.
+        context_tokens: (B,) tokens added to each row's prompt (0 if plain).
+        conditioned: (B,) whether the row got a context.
+        positive: (B,) whether the row is in its group's correct partition.
+        prefix_index: (B,) rows with identical conditioned prompts share the
+            index of the first such row: one partition of a group shares one
+            prefix, so its encoding can be computed once.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    context_tokens: Tensor
+    conditioned: Tensor
+    positive: Tensor
+    prefix_index: Tensor
+
+
+def partition_by_reward(
+    rewards: Tensor, group_size: int, *, threshold: float = 0.5
+) -> tuple[Tensor, Tensor]:
+    """Split every group into correct (R > threshold) and wrong rows.
+
+    Args:
+        rewards: (B,).
+    Returns:
+        ``positive`` (B,) bool and ``two_sided`` (B,) bool: whether the row's
+        group has both a correct and a wrong completion.
+    """
+    num_groups(rewards.shape[0], group_size, min_size=2, what="partition_by_reward")
+    pos = group_view(rewards > threshold, group_size)
+    two_sided = (pos.any(1) & (~pos).any(1)).unsqueeze(1).expand_as(pos)
+    return pos.reshape(-1), two_sided.reshape(-1)
+
+
+def truncate(ids: Sequence[int], n: int, rule: Truncation) -> list[int]:
+    """Keep ``n`` of ``ids`` by ``rule``: ``head`` (first n), ``tail`` (last n) or
+    ``middle`` (drop the middle: first ceil(n/2) and last floor(n/2))."""
+    ids = list(ids)
+    if n >= len(ids):
+        return ids
+    if n <= 0:
+        return []
+    if rule == "head":
+        return ids[:n]
+    if rule == "tail":
+        return ids[len(ids) - n :]
+    if rule == "middle":
+        head = (n + 1) // 2
+        return ids[:head] + ids[len(ids) - (n - head) :]
+    raise ValueError(f"truncation must be 'head', 'tail' or 'middle', got {rule!r}")
+
+
+def water_fill(lengths: Sequence[int], budget: int) -> list[int]:
+    """Share ``budget`` tokens among items of the given lengths.
+
+    Items shorter than an equal share keep their length; the rest is split
+    equally among the longer ones; the few tokens that integer division leaves
+    go one each to the cut items, in input order. Returns the kept length of
+    each item, in input order.
+    """
+    n = len(lengths)
+    kept = [0] * n
+    left = max(budget, 0)
+    for rank, i in enumerate(sorted(range(n), key=lambda i: (lengths[i], i))):
+        kept[i] = min(lengths[i], left // (n - rank))
+        left -= kept[i]
+    for i in range(n):
+        if left == 0:
+            break
+        if kept[i] < lengths[i]:
+            kept[i] += 1
+            left -= 1
+    return kept
+
+
+def build_context(
+    completions: Sequence[Sequence[int]],
+    header: list[int],
+    template: EncodedTemplate,
+    budget: int,
+    truncation: Truncation,
+) -> list[int]:
+    """Token ids of ``header + [prefix_k + completion_k + suffix]... + footer`` within ``budget``.
+
+    Returns [] when not even one token of one completion fits.
+    """
+    fixed = len(header) + len(template.footer)
+    k = min(len(completions), len(template.item_prefixes))
+    while k > 0:
+        overhead = fixed + sum(len(template.item_prefixes[i]) for i in range(k))
+        overhead += k * len(template.item_suffix)
+        if budget - overhead >= k:  # at least one content token each
+            break
+        k -= 1
+    if k == 0:
+        return []
+    kept = water_fill([len(c) for c in completions[:k]], budget - overhead)
+    out = list(header)
+    for i in range(k):
+        out += template.item_prefixes[i] + truncate(completions[i], kept[i], truncation)
+        out += template.item_suffix
+    return out + template.footer
+
+
+def build_bicc_prompts(
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    rewards: Tensor,
+    group_size: int,
+    template: EncodedTemplate,
+    *,
+    max_seq_len: int,
+    pad_token_id: int,
+    context_ratio: float = 0.4,
+    threshold: float = 0.5,
+    truncation: Truncation = "middle",
+    placement: Placement = "after_prompt",
+    strip_token_ids: Collection[int] = (),
+) -> BiCCPrompts:
+    """Build every row's conditioned prompt ``[q ; O_opposite]``.
+
+    Args:
+        prompt_ids: B prompts as token ids without padding (equal within a group).
+        completion_ids: B completions as token ids without padding.
+        rewards: (B,).
+        group_size: G >= 2.
+        template: the framing, from :meth:`BiCCTemplate.encode`.
+        max_seq_len: the length the context budget is a share of.
+        pad_token_id: id used for left padding.
+        context_ratio: share of ``max_seq_len`` for the added context, in (0, 1).
+        threshold: reward above which a completion is correct.
+        truncation: how a completion longer than its share is cut.
+        placement: context after the prompt (``[q ; O]``, the paper) or before it.
+        strip_token_ids: ids removed from the end of each context completion
+            (EOS and pad: an EOS inside a prompt would end the text).
+    Returns:
+        :class:`BiCCPrompts`.
+    """
+    n_rows = len(prompt_ids)
+    num_groups(n_rows, group_size, min_size=2, what="build_bicc_prompts")
+    if len(completion_ids) != n_rows:
+        raise ValueError(f"{n_rows} prompts but {len(completion_ids)} completions")
+    check_rows("rewards", rewards, n_rows)
+    if not 0.0 < context_ratio < 1.0:
+        raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
+    if placement not in ("after_prompt", "before_prompt"):
+        raise ValueError(f"placement must be 'after_prompt' or 'before_prompt', got {placement!r}")
+    budget = int(context_ratio * max_seq_len)
+    strip = set(strip_token_ids)
+
+    def clean(ids: Sequence[int]) -> list[int]:
+        ids = list(ids)
+        while ids and ids[-1] in strip:
+            ids.pop()
+        return ids
+
+    positive, two_sided = partition_by_reward(rewards, group_size, threshold=threshold)
+    rows: list[list[int]] = []
+    added: list[int] = []
+    prefix_index: list[int] = []
+    for g in range(0, n_rows, group_size):
+        members = range(g, g + group_size)
+        contexts: dict[bool, tuple[list[int], int]] = {}
+        if bool(two_sided[g]):
+            for side in (True, False):
+                # Rows on `side` see the completions of the other side.
+                opposite = [clean(completion_ids[j]) for j in members if bool(positive[j]) != side]
+                header = template.header_correct if not side else template.header_wrong
+                first = next(j for j in members if bool(positive[j]) == side)
+                contexts[side] = (
+                    build_context(opposite, header, template, budget, truncation),
+                    first,
+                )
+        for i in members:
+            context, first = contexts.get(bool(positive[i]), ([], i))
+            prompt = list(prompt_ids[i])
+            rows.append(prompt + context if placement == "after_prompt" else context + prompt)
+            added.append(len(context))
+            prefix_index.append(first if context else i)
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((n_rows, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((n_rows, width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, width - len(r) :] = 1
+    context_tokens = torch.tensor(added, dtype=torch.long)
+    return BiCCPrompts(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        context_tokens=context_tokens,
+        conditioned=context_tokens > 0,
+        positive=positive,
+        prefix_index=torch.tensor(prefix_index, dtype=torch.long),
+    )

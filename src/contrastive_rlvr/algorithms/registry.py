@@ -1,0 +1,161 @@
+"""The recipe table: what ``grpo``, ``dapo``, ... mean here, in one place.
+
+A recipe names its advantage estimator, its loss and its paper defaults.
+Every recipe combines with the ``bicc`` switch (only the inputs of the policy
+log-probs change) and the ``rcc`` switch (the baseline changes; for ConSPO,
+which has no baseline, RCC moves the positive/negative cut from the fixed
+threshold to the corrected baseline ``b*``, see :func:`recipe_advantages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .advantages import DEFAULT_EPS, group_advantages, rcc_advantages, rcc_baseline
+from .losses import get_policy_loss
+from .ops import Tensor
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One GRPO-family recipe.
+
+    Attributes:
+        name: the registry and CLI name.
+        objective: ``"policy"`` (a clipped policy-gradient loss over advantages)
+            or ``"contrastive"`` (ConSPO's InfoNCE over sequence scores).
+        loss: the :data:`~contrastive_rlvr.algorithms.losses.POLICY_LOSSES` name
+            (``None`` for the contrastive objective).
+        scale_by_std: divide advantages by the group std (GRPO) or not (Dr.GRPO).
+        beta: the paper's KL weight to the reference policy.
+        dynamic_sampling: DAPO's refill of all-equal groups.
+        overlong_punishment: DAPO's soft length penalty on the reward.
+        paper: where the recipe comes from.
+        summary: one line for the README and ``--help``.
+    """
+
+    name: str
+    objective: Literal["policy", "contrastive"]
+    loss: str | None
+    scale_by_std: bool
+    beta: float
+    paper: str
+    summary: str
+    dynamic_sampling: bool = False
+    overlong_punishment: bool = False
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    """Add a recipe; a duplicate name or an unknown loss raises."""
+    if recipe.name in RECIPES:
+        raise ValueError(f"recipe {recipe.name!r} is already registered")
+    if recipe.objective == "policy":
+        get_policy_loss(recipe.loss or "")
+    RECIPES[recipe.name] = recipe
+    return recipe
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe ``name``; an unknown name raises listing the valid ones."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(RECIPES)}") from None
+
+
+def recipe_advantages(
+    recipe: Recipe,
+    rewards: Tensor,
+    group_size: int,
+    *,
+    delta: Tensor | None = None,
+    rcc_coef: float = 2.0,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Per-row advantages of a policy recipe, RCC-corrected when ``delta`` is given.
+
+    For the contrastive recipe this returns the per-row cut between positives
+    and negatives instead: the RCC baseline ``b*`` when ``delta`` is given
+    (ConSPO + RCC), else it raises (plain ConSPO uses a fixed threshold).
+
+    Args:
+        rewards: (B,). delta: (B,) log-prob shift for RCC, or None.
+    Returns:
+        (B,).
+    """
+    if recipe.objective == "contrastive":
+        if delta is None:
+            raise ValueError(
+                f"recipe {recipe.name!r} has no advantages; it uses a reward threshold"
+            )
+        return rcc_baseline(rewards, delta, group_size, coef=rcc_coef)
+    if delta is None:
+        return group_advantages(rewards, group_size, scale_by_std=recipe.scale_by_std, eps=eps)
+    return rcc_advantages(
+        rewards, delta, group_size, coef=rcc_coef, scale_by_std=recipe.scale_by_std, eps=eps
+    )
+
+
+for _recipe in (
+    Recipe(
+        "grpo",
+        "policy",
+        "grpo",
+        True,
+        0.04,
+        "DeepSeekMath, arXiv:2402.03300",
+        "clipped token ratio (0.2, 0.2), std-scaled group advantage, seq-mean-token-mean",
+    ),
+    Recipe(
+        "dr_grpo",
+        "policy",
+        "dr_grpo",
+        False,
+        0.01,
+        "Dr.GRPO, arXiv:2503.20783",
+        "GRPO without std scaling and with token sums over a constant length",
+    ),
+    Recipe(
+        "dapo",
+        "policy",
+        "dapo",
+        True,
+        0.0,
+        "DAPO, arXiv:2503.14476",
+        "clip-higher (0.2, 0.28), token-mean, dynamic sampling, soft overlong punishment",
+        dynamic_sampling=True,
+        overlong_punishment=True,
+    ),
+    Recipe(
+        "gmpo",
+        "policy",
+        "gmpo",
+        True,
+        0.0,
+        "GMPO, arXiv:2507.20673",
+        "geometric mean of token ratios clipped in log space (e^+-0.4)",
+    ),
+    Recipe(
+        "gspo",
+        "policy",
+        "gspo",
+        True,
+        0.0,
+        "GSPO, arXiv:2507.18071",
+        "one length-normalised sequence ratio per completion, clip (3e-4, 4e-4)",
+    ),
+    Recipe(
+        "conspo",
+        "contrastive",
+        None,
+        True,
+        0.0,
+        "ConSPO, arXiv:2605.12969",
+        "InfoNCE of correct vs wrong length-normalised log-probs, cosine margin curriculum",
+    ),
+):
+    register_recipe(_recipe)
