@@ -38,6 +38,16 @@ def _centered_rewards(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]
     return torch.where(equal.unsqueeze(1), torch.zeros_like(centered), centered), equal
 
 
+def _group_std(rewards: Tensor, group_size: int, equal: Tensor) -> Tensor:
+    """Unbiased (Bessel) std of each group (B/G, 1), 1 in all-equal groups.
+
+    An all-equal group's centred rewards are exactly 0; dividing them by 1
+    keeps them 0 even with ``eps=0`` (0 / 0 would be NaN).
+    """
+    std = group_view(rewards, group_size).std(dim=1, unbiased=True, keepdim=True)
+    return torch.where(equal.unsqueeze(1), torch.ones_like(std), std)
+
+
 def group_advantages(
     rewards: Tensor, group_size: int, *, scale_by_std: bool = True, eps: float = DEFAULT_EPS
 ) -> Tensor:
@@ -54,10 +64,9 @@ def group_advantages(
         (B,) advantages.
     """
     num_groups(rewards.shape[0], group_size, min_size=2, what="group_advantages")
-    centered, _ = _centered_rewards(rewards, group_size)
+    centered, equal = _centered_rewards(rewards, group_size)
     if scale_by_std:
-        std = group_view(rewards, group_size).std(dim=1, unbiased=True, keepdim=True)
-        centered = centered / (std + eps)
+        centered = centered / (_group_std(rewards, group_size, equal) + eps)
     return centered.reshape(-1)
 
 
@@ -110,6 +119,7 @@ def rcc_baseline(rewards: Tensor, delta: Tensor, group_size: int, *, coef: float
     Returns:
         (B,) the group's baseline repeated on each of its rows.
     """
+    num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_baseline")
     check_rows("delta", delta, rewards.shape[0])
     centered, _ = _centered_rewards(rewards, group_size)
     d = group_view(delta.detach().to(rewards.dtype), group_size)
@@ -148,8 +158,7 @@ def rcc_advantages(
     adv = group_view(rewards, group_size) - b_shift
     adv = torch.where(equal.unsqueeze(1), torch.zeros_like(adv), adv)
     if scale_by_std:
-        std = group_view(rewards, group_size).std(dim=1, unbiased=True, keepdim=True)
-        adv = adv / (std + eps)
+        adv = adv / (_group_std(rewards, group_size, equal) + eps)
     return adv.reshape(-1)
 
 

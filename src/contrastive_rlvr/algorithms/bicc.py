@@ -147,17 +147,19 @@ def water_fill(lengths: Sequence[int], budget: int) -> list[int]:
     each item, in input order.
     """
     n = len(lengths)
-    kept = [0] * n
+    kept = list(lengths)
     left = max(budget, 0)
-    for rank, i in enumerate(sorted(range(n), key=lambda i: (lengths[i], i))):
-        kept[i] = min(lengths[i], left // (n - rank))
-        left -= kept[i]
-    for i in range(n):
-        if left == 0:
+    order = sorted(range(n), key=lambda i: (lengths[i], i))
+    for rank, i in enumerate(order):
+        share = left // (n - rank)
+        if lengths[i] > share:
+            # This item and every longer one are cut to the equal share.
+            cut = sorted(order[rank:])
+            extra = left - share * len(cut)
+            for position, j in enumerate(cut):
+                kept[j] = share + (1 if position < extra else 0)
             break
-        if kept[i] < lengths[i]:
-            kept[i] += 1
-            left -= 1
+        left -= lengths[i]
     return kept
 
 
@@ -245,26 +247,23 @@ def build_bicc_prompts(
     positive, two_sided = partition_by_reward(rewards, group_size, threshold=threshold)
     rows: list[list[int]] = []
     added: list[int] = []
-    prefix_index: list[int] = []
     for g in range(0, n_rows, group_size):
         members = range(g, g + group_size)
-        contexts: dict[bool, tuple[list[int], int]] = {}
+        contexts: dict[bool, list[int]] = {}
         if bool(two_sided[g]):
             for side in (True, False):
                 # Rows on `side` see the completions of the other side.
                 opposite = [clean(completion_ids[j]) for j in members if bool(positive[j]) != side]
                 header = template.header_correct if not side else template.header_wrong
-                first = next(j for j in members if bool(positive[j]) == side)
-                contexts[side] = (
-                    build_context(opposite, header, template, budget, truncation),
-                    first,
-                )
+                contexts[side] = build_context(opposite, header, template, budget, truncation)
         for i in members:
-            context, first = contexts.get(bool(positive[i]), ([], i))
+            context = contexts.get(bool(positive[i]), [])
             prompt = list(prompt_ids[i])
             rows.append(prompt + context if placement == "after_prompt" else context + prompt)
             added.append(len(context))
-            prefix_index.append(first if context else i)
+    # Identical prompts share the first row's index (plain prompts of one group too).
+    first_seen: dict[tuple[int, ...], int] = {}
+    prefix_index = [first_seen.setdefault(tuple(r), i) for i, r in enumerate(rows)]
     width = max(len(r) for r in rows)
     input_ids = torch.full((n_rows, width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((n_rows, width), dtype=torch.long)

@@ -71,6 +71,12 @@ def get_policy_loss(name: str) -> LossSpec:
         raise ValueError(f"unknown policy loss {name!r}; valid: {valid}") from None
 
 
+def loss_option_names(name: str) -> set[str]:
+    """The keyword options the registered loss ``name`` accepts."""
+    fn = get_policy_loss(name).fn
+    return set(inspect.signature(fn).parameters) - {"logp", "old_logp", "advantages", "mask"}
+
+
 def policy_loss(
     name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **options: object
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -100,12 +106,7 @@ def policy_loss(
             f"policy loss {name!r} is sequence-level and needs per-row advantages (B,), "
             f"got shape {list(advantages.shape)}"
         )
-    accepted = set(inspect.signature(spec.fn).parameters) - {
-        "logp",
-        "old_logp",
-        "advantages",
-        "mask",
-    }
+    accepted = loss_option_names(name)
     unknown = set(options) - accepted
     if unknown:
         raise ValueError(
@@ -406,8 +407,9 @@ def gmpo_loss(
     weight = torch.exp(masked_mean(d_tilde, mask, dim=1))  # (B,)
     rows = logp.shape[0] if num_rows is None else num_rows
     loss = -(advantages * weight).sum() / rows
-    cut = (d_tilde != d) & mask.bool()
     adv_tok = advantages.unsqueeze(1).expand_as(d)
+    # A row with A = 0 has no gradient whatever its ratio: nothing there is "clipped".
+    cut = (d_tilde != d) & mask.bool() & (adv_tok != 0)
     metrics = {
         "clip/low_frac": masked_mean((cut & (adv_tok < 0)).float(), mask).detach(),
         "clip/high_frac": masked_mean((cut & (adv_tok > 0)).float(), mask).detach(),
