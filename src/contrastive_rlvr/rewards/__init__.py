@@ -1,0 +1,44 @@
+"""Reward functions with TRL's signature ``f(prompts, completions, **columns) -> list[float]``.
+
+- :class:`MathVerifyReward`: math answer correctness (math-verify in a
+  process pool with a hard per-answer timeout).
+- :class:`GymReward` with :func:`load_gym_task`: reasoning-gym tasks, 0/1.
+- :class:`FormatReward`: whether the answer is stated in a given format.
+- :func:`resolve_reward`: a built-in by name or a user function by import path.
+
+Importing this package imports neither torch nor sympy; the verifier
+workers import math-verify themselves.
+"""
+
+from .extract import completion_text, extract_answer, last_boxed, last_number, normalize_answer
+from .format import FORMAT_STYLES, FormatReward, has_format
+from .loading import BUILTIN_REWARDS, load_reward_function, resolve_reward
+from .math_verify import UNPARSED_STATUSES, AnswerScore, MathVerifyReward
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "FORMAT_STYLES",
+    "UNPARSED_STATUSES",
+    "AnswerScore",
+    "FormatReward",
+    "GymReward",
+    "MathVerifyReward",
+    "completion_text",
+    "extract_answer",
+    "has_format",
+    "last_boxed",
+    "last_number",
+    "load_gym_task",
+    "load_reward_function",
+    "normalize_answer",
+    "resolve_reward",
+]
+
+
+def __getattr__(name: str):
+    # reasoning-gym and datasets take seconds to import: load them on first use.
+    if name in ("GymReward", "load_gym_task"):
+        from . import gym
+
+        return getattr(gym, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

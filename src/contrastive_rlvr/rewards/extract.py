@@ -1,0 +1,142 @@
+"""Answer extraction from model completions: plain string work, no sympy.
+
+Order of precedence (the last occurrence wins at each step, because models
+often restate or correct themselves before the final answer):
+
+1. ``<answer>...</answer>``: the content of the last tag pair (an unclosed
+   final ``<answer>`` takes the rest of the text). Inside it, a ``\\boxed{}``
+   wins; otherwise the tag content itself is the answer. The tags are removed
+   before parsing, so ``<answer>70</answer>`` yields ``70``, not ``70<``.
+2. The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces
+   matched with nesting, so ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``.
+3. Optionally, the last number in the text (``-1,234.5``, ``3/4``).
+
+Extraction runs in the calling process; only math-verify's parsing and
+comparison run in the worker pool.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_ANSWER_OPEN = "<answer>"
+_ANSWER_CLOSE = "</answer>"
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+# A number as the last-number fallback sees it: optional sign, digits with
+# optional thousands commas, optional decimals, optional "/denominator".
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
+    """The text of a completion given as a string or as chat messages.
+
+    TRL passes conversational completions as ``[{"role": "assistant",
+    "content": "..."}]``; the assistant contents are joined.
+    """
+    if isinstance(completion, str):
+        return completion
+    parts = []
+    for message in completion:
+        if not isinstance(message, Mapping) or "content" not in message:
+            raise ValueError(
+                f"a chat completion must be a list of {{'role', 'content'}} dicts, got {message!r}"
+            )
+        if message.get("role", "assistant") == "assistant":
+            content = message["content"]
+            parts.append(content if isinstance(content, str) else str(content))
+    return "\n".join(parts)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with nested braces, else None.
+
+    ``\\boxed 5`` (no braces) yields ``5``. An unbalanced last box (the
+    completion was cut off) yields None rather than an earlier box.
+    """
+    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    if start == -1:
+        return None
+    cmd = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
+    rest = text[start + len(cmd) :]
+    if rest.lstrip(" ").startswith("{"):
+        return _braced(rest, rest.index("{"))
+    m = re.match(r" +([^\s$]+)", rest)
+    return m.group(1) if m else None
+
+
+def _braced(text: str, open_index: int) -> str | None:
+    """The text between ``text[open_index] == "{"`` and its matching ``}``, else None.
+
+    ``\\{`` and ``\\}`` are literal braces (sets such as ``\\{1, 2\\}``) and do not nest.
+    """
+    depth = 0
+    for j in range(open_index, len(text)):
+        if j > open_index and text[j - 1] == "\\":
+            continue
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_index + 1 : j].strip()
+    return None
+
+
+def answer_tag(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` (or of a final unclosed ``<answer>``)."""
+    start = text.rfind(_ANSWER_OPEN)
+    if start == -1:
+        return None
+    body = text[start + len(_ANSWER_OPEN) :]
+    end = body.find(_ANSWER_CLOSE)
+    return (body if end == -1 else body[:end]).strip()
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` (commas and a trailing period stripped), else None."""
+    matches = _NUMBER.findall(text)
+    if not matches:
+        return None
+    return matches[-1].replace(",", "").rstrip(".")
+
+
+def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | None:
+    """The final answer in a completion, or None if it states none (see the module doc)."""
+    tagged = answer_tag(text)
+    if tagged is not None:
+        boxed = last_boxed(tagged)
+        answer = boxed if boxed is not None else tagged
+        return answer or None
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed or None
+    if last_number_fallback:
+        return last_number(text)
+    return None
+
+
+def normalize_answer(value: Any, *, field: str = "answer", where: str = "") -> str:
+    """A gold answer as a string: ``27.0 -> "27"``, ``70 -> "70"``, strings stripped.
+
+    Benchmark files store answers as LaTeX strings, floats or ints; math-verify
+    wants strings. ``where`` (e.g. ``"math500.jsonl line 3"``) prefixes errors.
+    """
+    prefix = f"{where}: " if where else ""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{prefix}field {field!r} must be a string or a number, got {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{prefix}field {field!r} is not a finite number: {value!r}")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise ValueError(f"{prefix}field {field!r} is empty")
+        return text
+    raise ValueError(
+        f"{prefix}field {field!r} must be a string or a number, got {type(value).__name__}"
+    )
