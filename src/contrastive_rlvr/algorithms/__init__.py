@@ -24,7 +24,14 @@ from .bicc import (
 )
 from .conspo import conspo_loss, conspo_margin
 from .dapo import informative_groups, overlong_penalty
-from .losses import POLICY_LOSSES, get_policy_loss, k3_kl, policy_loss, register_policy_loss
+from .losses import (
+    POLICY_LOSSES,
+    get_policy_loss,
+    k3_kl,
+    loss_option_names,
+    policy_loss,
+    register_policy_loss,
+)
 from .passk import avg_at_n, pass_at_k
 from .registry import RECIPES, Recipe, get_recipe, recipe_advantages, register_recipe
 
@@ -49,6 +56,7 @@ __all__ = [
     "group_covariance",
     "informative_groups",
     "k3_kl",
+    "loss_option_names",
     "overlong_penalty",
     "partition_by_reward",
     "pass_at_k",

@@ -1,0 +1,7 @@
+"""The TRL-based trainer: :class:`RLVRConfig`, :class:`RLVRTrainer` and :func:`train`."""
+
+from .config import RLVRConfig
+from .rlvr_trainer import RLVRTrainer, SkipNonFiniteUpdates
+from .run import train
+
+__all__ = ["RLVRConfig", "RLVRTrainer", "SkipNonFiniteUpdates", "train"]

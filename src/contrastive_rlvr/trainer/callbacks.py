@@ -1,0 +1,103 @@
+"""Callbacks: ``metrics.jsonl`` and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from transformers import TrainerCallback
+
+#: metrics.jsonl keys and their meaning (also in docs/metrics.md).
+METRIC_KEYS = {
+    "step": "optimizer step",
+    "reward": "mean total reward of the step's completions (TRL)",
+    "reward/accuracy": "share of completions with reward > reward_threshold",
+    "adv/collapse_rate": "share of groups whose rewards are all equal (zero advantage)",
+    "rcc/cov": "mean over groups of the population Cov(R, delta)",
+    "rcc/delta_correct": "mean delta of the correct completions",
+    "rcc/delta_wrong": "mean delta of the wrong completions",
+    "clip/frac": "share of tokens (rows for gspo) where clipping zeroes the gradient",
+    "kl/mean": "mean per-token k3 KL to the reference (when a reference log-prob is given)",
+    "bicc/context_tokens": "mean tokens of BiCC context added per row",
+    "loss": "training loss (TRL)",
+    "step_time": "seconds of the optimizer step, generation included (TRL)",
+}
+
+
+class MetricsJsonl(TrainerCallback):
+    """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``.
+
+    On resume, lines of steps after the checkpoint are dropped first, so the
+    file never holds a step twice.
+    """
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.path = Path(output_dir) / "metrics.jsonl"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not args.should_save or not self.path.exists():
+            return control
+        kept = [
+            line
+            for line in self.path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= state.global_step
+        ]
+        self.path.write_text("".join(line + "\n" for line in kept))
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return control
+        row = {"step": state.global_step}
+        row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return control
+
+
+class RichProgress(TrainerCallback):
+    """A progress bar with the step, the reward and the training accuracy (main process only)."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+        self.task = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.progress = Progress(
+                TextColumn("RL"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("reward {task.fields[reward]}  acc {task.fields[acc]}"),
+                TimeRemainingColumn(),
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(
+                "rl", total=state.max_steps, completed=state.global_step, reward="-", acc="-"
+            )
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.progress is not None and logs and "reward" in logs:
+            acc = logs.get("reward/accuracy", math.nan)
+            self.progress.update(
+                self.task,
+                completed=state.global_step,
+                reward=f"{logs['reward']:.3f}",
+                acc=f"{acc:.3f}",
+            )
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        return control

@@ -1,0 +1,44 @@
+"""Build an :class:`RLVRConfig` from a YAML file and command-line overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from .config import RLVRConfig
+
+EMBEDDED_CONFIG = "embedded.yaml"
+
+
+def default_config_path() -> Path:
+    """The embedded default's YAML, shipped inside the package."""
+    return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
+
+
+def load_yaml(path: str | Path) -> dict:
+    """The mapping in a YAML config file; unknown keys raise naming them and the file."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of field: value")
+    known = {f.name for f in dataclasses.fields(RLVRConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"config file {path}: unknown field(s) {unknown}")
+    return data
+
+
+def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:
+    """YAML values (the embedded default when no file is given), then ``--field value``
+    overrides; validation happens when the dataclass is built, before any model loads."""
+    values = load_yaml(config_file or default_config_path())
+    parser = HfArgumentParser(RLVRConfig)
+    parser.set_defaults(**values)
+    (config,) = parser.parse_args_into_dataclasses(args=overrides)
+    return config

@@ -1,0 +1,408 @@
+"""``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC.
+
+TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed,
+PEFT, logging and checkpoints; this class only changes what the algorithm
+core needs changed. Overridden TRL hooks (private API of the pinned TRL; each
+is covered by ``tests/test_trainer_hooks.py``):
+
+- ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
+  turns into advantages without returning them.
+- ``_generate_and_score_completions``: after TRL's generation and scoring,
+  recomputes the advantages with the recipe (RCC-corrected when on), builds the
+  BiCC prompts, sets the old and reference log-probs the BiCC ratio mode asks
+  for, and logs the diagnostics. Everything that needs a whole group is
+  computed on the batch gathered from all processes, then sliced.
+- ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
+  the generation batch into micro-batches, so that every micro-batch holds
+  whole groups when its size allows (ConSPO needs it).
+- ``_compute_loss``: the policy log-probs (on the conditioned prompt with BiCC)
+  and the recipe's loss from :mod:`contrastive_rlvr.algorithms`; a non-finite
+  loss is counted and its update skipped (see :class:`SkipNonFiniteUpdates`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accelerate.utils import gather, gather_object
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id
+
+from ..algorithms import (
+    build_bicc_prompts,
+    collapse_rate,
+    conspo_loss,
+    conspo_margin,
+    get_recipe,
+    loss_option_names,
+    policy_loss,
+    rcc_baseline,
+    recipe_advantages,
+    sequence_delta,
+)
+from ..algorithms.ops import group_view
+from .batching import group_permutation, reorder_rows, split_rows, unpad
+from .config import RLVRConfig
+
+
+class SkipNonFiniteUpdates(TrainerCallback):
+    """Drops the optimizer step of a window whose loss or gradient was not finite.
+
+    Called right before ``optimizer.step()``: setting every ``grad`` to None makes
+    torch's optimizers skip the parameters entirely (no moment update, no weight
+    decay). All processes agree (the flag is summed across them).
+    """
+
+    def __init__(self, trainer: RLVRTrainer) -> None:
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+        trainer = self.trainer
+        model = trainer.model
+        bad = trainer._nonfinite_pending or any(
+            p.grad is not None and not torch.isfinite(p.grad).all() for p in model.parameters()
+        )
+        flag = torch.tensor(float(bad), device=trainer.accelerator.device)
+        if trainer.accelerator.reduce(flag, reduction="sum").item() > 0:
+            for p in model.parameters():
+                p.grad = None
+            trainer.skipped_updates += 1
+        trainer._nonfinite_pending = False
+        return control
+
+
+class RLVRTrainer(GRPOTrainer):
+    """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
+
+    Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
+    :class:`RLVRConfig`. See the module docstring for the overridden hooks.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        config: RLVRConfig = self.args
+        if not isinstance(config, RLVRConfig):
+            raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(config).__name__}")
+        self.recipe = get_recipe(config.recipe)
+        self.nonfinite_losses = 0
+        self.skipped_updates = 0
+        self._nonfinite_pending = False
+        self._last_rewards_per_func: torch.Tensor | None = None
+        self.last_batch_stats: dict[str, torch.Tensor] = {}
+        if self.ref_model is None and self._needs_reference():
+            self.ref_model = self._build_reference_model()
+        if config.bicc:
+            tokenizer = self._tokenizer
+            self._bicc_template = config.bicc_template.encode(
+                lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+                max_items=self.num_generations,
+            )
+        self.add_callback(SkipNonFiniteUpdates(self))
+
+    # ------------------------------------------------------------------ set-up helpers
+
+    def _needs_reference(self) -> bool:
+        """A frozen reference is needed for KL, for RCC's delta and for the delta diagnostics."""
+        cfg = self.args
+        return cfg.beta > 0 or (cfg.rcc and cfg.rcc_reference == "reference") or cfg.log_delta
+
+    def _build_reference_model(self) -> torch.nn.Module | None:
+        """A frozen copy of the initial policy, built as TRL builds its own when beta > 0."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            from trl.models import prepare_deepspeed, prepare_fsdp
+        model = self.accelerator.unwrap_model(self.model)
+        if hasattr(model, "peft_config"):
+            return None  # with PEFT the reference is the model with its adapter disabled
+        name = get_config_model_id(model.config)
+        if not name:
+            raise ValueError(
+                "RCC and the delta diagnostics need a frozen reference model, rebuilt from the "
+                "policy's name or path; this model has none. Save it with save_pretrained and "
+                "load it from that directory, or set log_delta=False and rcc=False."
+            )
+        ref = create_model_from_path(
+            name, dtype=model.dtype, attn_implementation=model.config._attn_implementation
+        )
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        add_fused_lm_head(ref, temperature=self.temperature)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(ref, self.accelerator)
+        if self.is_fsdp_enabled:
+            return prepare_fsdp(ref, self.accelerator)
+        return self.accelerator.prepare_model(ref, evaluation_mode=True)
+
+    # ------------------------------------------------------------------ small helpers
+
+    def _logps(
+        self, model: torch.nn.Module, prompt_ids, prompt_mask, completion_ids, completion_mask
+    ):
+        """Per-token log-probs (B, C) of the completion after the given prompt."""
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attn = torch.cat([prompt_mask, completion_mask], dim=1)
+        batch_size = self.args.per_device_train_batch_size
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model, ids, attn, completion_ids.size(1), batch_size=batch_size
+        )
+        return logps
+
+    def _process_rows(self, num_local: int) -> slice:
+        start = self.accelerator.process_index * num_local
+        return slice(start, start + num_local)
+
+    def _log(self, mode: str, key: str, value: float | torch.Tensor) -> None:
+        self._metrics[mode][key].append(float(value))
+
+    # ------------------------------------------------------------------ TRL hook: rewards
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe."""
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _total_rewards(self, mode: str) -> torch.Tensor:
+        """Weighted sum of the reward functions (B_global,).
+
+        Rows every reward function left unscored count 0 and are logged."""
+        per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+        unscorable = torch.isnan(per_func).all(dim=1)
+        self._log(mode, "reward/unscorable", unscorable.float().sum())
+        return (per_func * weights).nansum(dim=1)
+
+    # ------------------------------------------------------------------ TRL hook: scoring
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL hook: TRL generates and scores; the recipe then sets advantages, BiCC prompts
+        and the log-probs the loss needs."""
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        cfg, g = self.args, self.num_generations if mode == "train" else self.num_generations_eval
+        rewards_all = self._total_rewards(mode)
+        rows = self._process_rows(out["completion_ids"].size(0))
+        out["rewards"] = rewards_all[rows]
+        plain = (
+            out["prompt_ids"],
+            out["prompt_mask"],
+            out["completion_ids"],
+            out["completion_mask"],
+        )
+        mask = out["completion_mask"]
+
+        with torch.no_grad():
+            # log pi_old(o | q): TRL computes it only when generation runs off-policy.
+            plain_old = out.get("old_per_token_logps")
+            need_old = (cfg.bicc and cfg.bicc_ratio_mode == "paper") or self.ref_model is not None
+            if plain_old is None and need_old:
+                plain_old = self._logps(self.model, *plain)
+            delta_all = None
+            if self.ref_model is not None:
+                ref = out.get("ref_per_token_logps")
+                if ref is None:
+                    ref = self._logps(self.ref_model, *plain)
+                    if cfg.beta > 0:
+                        out["ref_per_token_logps"] = ref
+                delta_all = gather(sequence_delta(plain_old, ref, mask, reduce=cfg.rcc_delta))
+        use_rcc = cfg.rcc and cfg.rcc_reference == "reference"
+        rcc_delta = delta_all if use_rcc else None
+
+        if self.recipe.objective == "policy":
+            advantages = recipe_advantages(
+                self.recipe, rewards_all, g, delta=rcc_delta, rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps
+            )
+            out["advantages"] = advantages[rows]
+        elif use_rcc:
+            baseline = recipe_advantages(
+                self.recipe, rewards_all, g, delta=rcc_delta, rcc_coef=cfg.rcc_coef
+            )
+            out["conspo_baseline"] = baseline[rows]
+
+        if cfg.bicc:
+            self._add_bicc_inputs(out, rewards_all, rows, g, plain_old, mode)
+        self._log_batch_diagnostics(mode, rewards_all, delta_all, g, out)
+        return out
+
+    def _add_bicc_inputs(self, out, rewards_all, rows, g, plain_old, mode) -> None:
+        """Conditioned prompts for the local rows, and old/ref log-probs per the ratio mode."""
+        cfg = self.args
+        prompt_lists = gather_object(unpad(out["prompt_ids"], out["prompt_mask"]))
+        completion_lists = gather_object(unpad(out["completion_ids"], out["completion_mask"]))
+        tokenizer = self._tokenizer
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        base = cfg.bicc_max_seq_len or positions or 4096
+        if positions:
+            # Prompt + context + completion must fit in the model's positions.
+            room = positions - max(len(p) for p in prompt_lists) - out["completion_ids"].size(1)
+            base = min(base, max(room, 0) / cfg.bicc_context_ratio)
+        strip = {tid for tid in (*self.eos_token_ids, tokenizer.pad_token_id) if tid is not None}
+        built = build_bicc_prompts(
+            prompt_lists,
+            completion_lists,
+            rewards_all.cpu(),
+            g,
+            self._bicc_template,
+            max_seq_len=int(base),
+            pad_token_id=tokenizer.pad_token_id,
+            context_ratio=cfg.bicc_context_ratio,
+            threshold=cfg.reward_threshold,
+            truncation=cfg.bicc_truncation,
+            placement=cfg.bicc_placement,
+            strip_token_ids=strip,
+        )
+        device = out["prompt_ids"].device
+        ids, attn = built.input_ids[rows], built.attention_mask[rows]
+        width = int(attn.sum(1).max())  # drop columns that are padding in every local row
+        out["bicc_prompt_ids"] = ids[:, ids.size(1) - width :].to(device)
+        out["bicc_prompt_mask"] = attn[:, attn.size(1) - width :].to(device)
+        self._log(mode, "bicc/context_tokens", built.context_tokens.float().mean())
+        self._log(mode, "bicc/conditioned_frac", built.conditioned.float().mean())
+        conditioned = (
+            out["bicc_prompt_ids"],
+            out["bicc_prompt_mask"],
+            out["completion_ids"],
+            out["completion_mask"],
+        )
+        with torch.no_grad():
+            if cfg.bicc_ratio_mode == "paper":
+                # rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)
+                out["old_per_token_logps"] = plain_old
+            elif out.get("old_per_token_logps") is not None:
+                # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
+                # old unset and the loss uses the detached current log-probs: the same thing.
+                out["old_per_token_logps"] = self._logps(self.model, *conditioned)
+            if cfg.bicc_ratio_mode == "consistent" and cfg.beta > 0:
+                out["ref_per_token_logps"] = self._logps(self.ref_model, *conditioned)
+
+    def _log_batch_diagnostics(self, mode, rewards_all, delta_all, g, out) -> None:
+        """Per-step diagnostics of the papers (documented in docs/metrics.md)."""
+        cfg = self.args
+        correct = rewards_all > cfg.reward_threshold
+        self._log(mode, "reward/accuracy", correct.float().mean())
+        self._log(mode, "adv/collapse_rate", collapse_rate(rewards_all, g))
+        stats = {"rewards": rewards_all.detach().cpu()}
+        if delta_all is not None:
+            r, d = group_view(rewards_all, g), group_view(delta_all.to(rewards_all.dtype), g)
+            cov = ((r - r.mean(1, keepdim=True)) * (d - d.mean(1, keepdim=True))).mean(1)
+            self._log(mode, "rcc/cov", cov.mean())
+            self._log(mode, "rcc/delta_mean", delta_all.mean())
+            if correct.any():
+                self._log(mode, "rcc/delta_correct", delta_all[correct].mean())
+            if (~correct).any():
+                self._log(mode, "rcc/delta_wrong", delta_all[~correct].mean())
+            if cfg.rcc:
+                shift = rcc_baseline(rewards_all, delta_all, g, coef=cfg.rcc_coef) - r.mean(
+                    1
+                ).repeat_interleave(g)
+                self._log(mode, "rcc/baseline_shift", shift.abs().mean())
+            stats["delta"] = delta_all.detach().cpu()
+        if "advantages" in out and out["advantages"].dim() == 1:
+            stats["advantages"] = gather(out["advantages"]).detach().cpu()
+        self.last_batch_stats = stats
+
+    # ------------------------------------------------------------------ TRL hook: batching
+
+    def _prepare_inputs(self, generation_batch):
+        """TRL hook: as TRL's, but the generation batch is shuffled by whole groups."""
+        if not self.model.training:
+            return self._generate_and_score_completions(generation_batch)
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            num_rows = batch["completion_ids"].size(0)
+            if num_rows % self.num_generations == 0:
+                order = group_permutation(num_rows, self.num_generations)
+            else:  # a process holds part of a group: only rows can move
+                order = torch.randperm(num_rows)
+            self._buffered_inputs = split_rows(reorder_rows(batch, order), spg)
+        return self._buffered_inputs[self._step % spg]
+
+    # ------------------------------------------------------------------ TRL hook: loss
+
+    def _compute_loss(self, model, inputs):
+        """TRL hook: the recipe's loss on this micro-batch (scaled for gradient accumulation)."""
+        cfg = self.args
+        mode = "train" if self.model.training else "eval"
+        accum = self.current_gradient_accumulation_steps if mode == "train" else 1
+        prompt = (
+            ("bicc_prompt_ids", "bicc_prompt_mask") if cfg.bicc else ("prompt_ids", "prompt_mask")
+        )
+        mask = inputs["completion_mask"]
+        logp = self._logps(
+            model, inputs[prompt[0]], inputs[prompt[1]], inputs["completion_ids"], mask
+        )
+        old = inputs.get("old_per_token_logps")
+        old = logp.detach() if old is None else old
+        sampling_delta = None
+        if cfg.rcc and cfg.rcc_reference == "sampling":
+            sampling_delta = sequence_delta(logp.detach(), old, mask, reduce=cfg.rcc_delta)
+        g = self.num_generations
+        if self.recipe.objective == "contrastive":
+            baseline = inputs.get("conspo_baseline")
+            if sampling_delta is not None:
+                baseline = rcc_baseline(inputs["rewards"], sampling_delta, g, coef=cfg.rcc_coef)
+            progress = self.state.global_step / max(self.state.max_steps, 1)
+            margin = conspo_margin(
+                progress, max_margin=cfg.conspo_max_margin, warmup=cfg.conspo_warmup
+            )
+            loss, metrics = conspo_loss(
+                logp,
+                mask,
+                inputs["rewards"],
+                g,
+                tau=cfg.conspo_tau,
+                margin=margin,
+                threshold=cfg.reward_threshold,
+                baseline=baseline,
+            )
+            loss = loss / accum
+        else:
+            advantages = inputs["advantages"]
+            if sampling_delta is not None:
+                advantages = recipe_advantages(
+                    self.recipe,
+                    inputs["rewards"],
+                    g,
+                    delta=sampling_delta,
+                    rcc_coef=cfg.rcc_coef,
+                    eps=cfg.adv_eps,
+                )
+            loss, metrics = policy_loss(
+                self.recipe.loss, logp, old, advantages, mask, **self._loss_options(inputs, accum)
+            )
+        if not torch.isfinite(loss):
+            self.nonfinite_losses += 1
+            self._nonfinite_pending = True
+            loss = torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0
+        for key, value in metrics.items():
+            self._log(mode, key, self.accelerator.gather(value.reshape(1)).nanmean())
+        self._log(mode, "loss/nonfinite_total", self.nonfinite_losses)
+        self._log(mode, "loss/skipped_updates_total", self.skipped_updates)
+        return loss
+
+    def _loss_options(self, inputs, accum: int) -> dict[str, Any]:
+        """Keyword options of the recipe's loss: clip bounds, KL, and the normalisers that
+        make the summed micro-batch losses equal the loss of the whole window."""
+        cfg = self.args
+        accepted = loss_option_names(self.recipe.loss)
+        options: dict[str, Any] = {"beta": cfg.beta, "ref_logp": inputs.get("ref_per_token_logps")}
+        if cfg.clip_low is not None:
+            options["clip_low"] = cfg.clip_low
+        if cfg.clip_high is not None:
+            options["clip_high"] = cfg.clip_high
+        if cfg.loss_agg is not None and "agg" in accepted:
+            options["agg"] = cfg.loss_agg
+        options["num_rows"] = inputs["completion_ids"].size(0) * accum
+        if "num_tokens" in accepted:
+            # num_items_in_batch counts the generation batch of every process; DDP averages
+            # the processes' gradients, so each one divides by its share of the window.
+            window = inputs["num_items_in_batch"] / self.accelerator.num_processes
+            options["num_tokens"] = (window * accum / self.args.steps_per_generation).clamp(min=1)
+        if "max_len" in accepted:
+            options["max_len"] = self.args.max_completion_length
+        return options
