@@ -235,6 +235,8 @@ def build_bicc_prompts(
         raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
     if placement not in ("after_prompt", "before_prompt"):
         raise ValueError(f"placement must be 'after_prompt' or 'before_prompt', got {placement!r}")
+    if truncation not in ("head", "tail", "middle"):
+        raise ValueError(f"truncation must be 'head', 'tail' or 'middle', got {truncation!r}")
     budget = int(context_ratio * max_seq_len)
     strip = set(strip_token_ids)
 
