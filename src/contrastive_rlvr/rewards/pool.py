@@ -38,6 +38,13 @@ KILL_GRACE_S = 0.5
 _JOIN_S = 1.0
 
 
+def _worker_entry(conn: Connection, timeout: int) -> None:
+    # Imported here, in the worker (a no-op after the fork server's preload).
+    from .verify_worker import worker_main
+
+    worker_main(conn, timeout)
+
+
 @dataclass
 class _Worker:
     process: BaseProcess
@@ -89,11 +96,9 @@ class VerifierPool:
         self._finalizer = weakref.finalize(self, _stop, self._workers)
 
     def _spawn(self) -> _Worker:
-        from .verify_worker import worker_main
-
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
-            target=worker_main, args=(child_conn, self.timeout), daemon=True, name="verifier"
+            target=_worker_entry, args=(child_conn, self.timeout), daemon=True, name="verifier"
         )
         process.start()
         # Drop our copy of the child's end so the child's death shows as EOF.

@@ -1,0 +1,236 @@
+"""Prompt datasets from jsonl, json, parquet or a Hugging Face dataset name.
+
+Every source becomes a :class:`datasets.Dataset` with the columns ``id``,
+``prompt`` and ``answer`` (a string), which is what the trainer and
+:class:`~contrastive_rlvr.rewards.MathVerifyReward` expect.
+
+Field mapping: the prompt comes from ``prompt_field`` or else the first of
+``prompt``, ``problem``, ``question`` that a row has; the answer from
+``answer_field`` or else ``answer``, ``final_answer``, ``target``. Answers
+written as GSM8K solutions (reasoning, then ``#### 18``) are reduced to the
+number after ``####`` (``answer_format="auto"`` does so when the marker is
+there, ``"gsm8k"`` requires it, ``"plain"`` never does).
+
+A malformed row (bad JSON, not an object, a missing or empty field, a wrong
+type) raises ``ValueError`` naming the file, the line (parquet: the row) and
+the field. With ``skip_bad_rows=True`` such rows are skipped, logged, and
+counted in :attr:`LoadedPrompts.skipped`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from datasets import Dataset
+
+from .rewards.extract import normalize_answer
+
+logger = logging.getLogger(__name__)
+
+PROMPT_FIELDS: tuple[str, ...] = ("prompt", "problem", "question")
+ANSWER_FIELDS: tuple[str, ...] = ("answer", "final_answer", "target")
+AnswerFormat = Literal["auto", "gsm8k", "plain"]
+ANSWER_FORMATS: tuple[str, ...] = ("auto", "gsm8k", "plain")
+_GSM8K_MARKER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+# "1,234" in GSM8K answers is a thousands separator, not a tuple.
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+@dataclass(frozen=True)
+class LoadedPrompts:
+    """A loaded prompt dataset and how many bad rows were skipped to get it."""
+
+    dataset: Dataset
+    skipped: int
+    source: str
+
+
+def gsm8k_final_answer(solution: str) -> str | None:
+    """The number after the last ``####`` of a GSM8K solution, thousands commas removed."""
+    marker = solution.rfind("####")
+    if marker == -1:
+        return None
+    m = _GSM8K_MARKER.match(solution, marker)
+    if m is None:
+        return None
+    return _THOUSANDS_COMMA.sub("", m.group(1))
+
+
+def _pick_field(row: Mapping[str, Any], explicit: str | None, candidates: Sequence[str]) -> str:
+    if explicit is not None:
+        return explicit
+    for name in candidates:
+        if name in row:
+            return name
+    return candidates[0]  # reported as the missing field
+
+
+def _check_prompt(value: Any, field: str, where: str) -> str | list[dict[str, str]]:
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError(f"{where}: field {field!r} is empty")
+        return value
+    if isinstance(value, list) and value and all(
+        isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m for m in value
+    ):
+        return [{"role": str(m["role"]), "content": m["content"]} for m in value]
+    raise ValueError(
+        f"{where}: field {field!r} must be a string or a list of {{'role', 'content'}} "
+        f"messages, got {type(value).__name__}"
+    )
+
+
+def row_to_example(
+    row: Any,
+    where: str,
+    *,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    answer_format: AnswerFormat = "auto",
+) -> dict[str, Any]:
+    """``{"prompt", "answer"}`` from one raw row; ``where`` ("file line N") prefixes errors."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    p_field = _pick_field(row, prompt_field, PROMPT_FIELDS)
+    a_field = _pick_field(row, answer_field, ANSWER_FIELDS)
+    for field, options in ((p_field, prompt_field), (a_field, answer_field)):
+        if field not in row:
+            hint = "" if options else f" (looked for {field!r} and its alternatives)"
+            raise ValueError(
+                f"{where}: missing field {field!r}{hint}; row has fields {sorted(row)}"
+            )
+    prompt = _check_prompt(row[p_field], p_field, where)
+    answer = normalize_answer(row[a_field], field=a_field, where=where)
+    if answer_format != "plain":
+        final = gsm8k_final_answer(answer)
+        if final is not None:
+            answer = final
+        elif answer_format == "gsm8k":
+            raise ValueError(f"{where}: field {a_field!r} has no '#### <answer>' line")
+    return {"prompt": prompt, "answer": answer}
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path} line {line_no}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, ValueError(f"{where}: invalid JSON ({e.msg} at column {e.colno})")
+
+
+def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} line {e.lineno}: invalid JSON ({e.msg})") from e
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a .json prompt file must hold a list of objects")
+    for i, row in enumerate(data, start=1):
+        yield f"{path} item {i}", row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+        yield f"{path} row {i}", row
+
+
+def _hub_rows(name: str, config: str | None, split: str) -> Iterator[tuple[str, Any]]:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        raise ValueError(
+            f"{name!r} is not a local file, and HF_HUB_OFFLINE is set so it cannot be "
+            "downloaded; pass a .jsonl, .json or .parquet path"
+        )
+    from datasets import load_dataset
+
+    ds = load_dataset(name, config, split=split)
+    for i, row in enumerate(ds, start=1):
+        yield f"{name}[{split}] row {i}", row
+
+
+def _rows(
+    source: str | os.PathLike[str], hub_config: str | None, split: str
+) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` pairs; a row that is a ``ValueError`` is one that could not be read."""
+    path = Path(source)
+    suffix = "".join(path.suffixes[-1:]).lower()
+    if path.exists():
+        readers = {".jsonl": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows}
+        if suffix not in readers:
+            raise ValueError(f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet)")
+        return readers[suffix](path)
+    if suffix in (".jsonl", ".json", ".parquet") or str(source).startswith((".", os.sep)):
+        raise ValueError(f"{path}: file not found")
+    return _hub_rows(str(source), hub_config, split)
+
+
+def load_prompts(
+    source: str | os.PathLike[str],
+    *,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    answer_format: AnswerFormat = "auto",
+    id_field: str | None = None,
+    split: str = "train",
+    hub_config: str | None = None,
+    skip_bad_rows: bool = False,
+    limit: int | None = None,
+) -> LoadedPrompts:
+    """Load a prompt dataset (see the module docstring).
+
+    ``source`` is a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet``
+    file, or a Hugging Face dataset name (``split``, ``hub_config``; online
+    only). ``id_field`` names a row id column (default: the row's position).
+    ``limit`` keeps the first ``limit`` good rows.
+    """
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    examples: list[dict[str, Any]] = []
+    skipped = 0
+    for index, (where, row) in enumerate(_rows(source, hub_config, split)):
+        if limit is not None and len(examples) >= limit:
+            break
+        try:
+            if isinstance(row, ValueError):
+                raise row
+            example = row_to_example(
+                row,
+                where,
+                prompt_field=prompt_field,
+                answer_field=answer_field,
+                answer_format=answer_format,
+            )
+            if id_field is not None:
+                if id_field not in row:
+                    raise ValueError(f"{where}: missing field {id_field!r}")
+                example["id"] = str(row[id_field])
+            else:
+                example["id"] = str(index)
+        except ValueError as e:
+            if not skip_bad_rows:
+                raise
+            skipped += 1
+            logger.warning("skipping bad row: %s", e)
+            continue
+        examples.append(example)
+    if skipped:
+        logger.warning("skipped %d bad rows of %s", skipped, source)
+    if not examples:
+        raise ValueError(f"{source}: no usable rows (skipped {skipped})")
+    columns = ["id", "prompt", "answer"]
+    dataset = Dataset.from_list([{c: ex[c] for c in columns} for ex in examples])
+    return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source))
