@@ -19,20 +19,22 @@ measures generalisation to unseen operand triples, not to unseen arithmetic
 facts; ``terms=4`` (10,000 problems, two-step chains) is a harder variant
 whose longer completions also give BiCC a larger context to work with.
 
-Rules used by the reward and the step checker (``_STEP`` below):
+Rules used by the reward and the step checker:
 
-- a *chain* is the completion with surrounding whitespace removed, split on
-  ``,``; each piece is a *step* ``a op b = c`` (integers, ``op`` one of
-  ``+ - *``, whitespace allowed around every part);
-- the reward is 1.0 iff every piece is a well-formed step and the last
-  step's ``c`` equals the answer (the arithmetic of earlier steps is not
-  checked: the outcome reward looks at the outcome only);
-- :func:`check_steps` judges every piece: right iff it is well formed and
+- the reward reads the completion, surrounding whitespace removed, as a
+  *chain*: pieces separated by ``,``, each a step ``a op b = c`` (integers,
+  ``op`` one of ``+ - *``, whitespace allowed around every part; ``_STEP``).
+  It is 1.0 iff every piece is such a step and the last step's ``c`` equals
+  the answer. The arithmetic of earlier steps is not checked: the outcome
+  reward looks at the outcome only.
+- :func:`check_steps` (VeriGate's exact step checker) splits on ``,`` or
+  newlines, skipping blank pieces, and judges each step: right iff
   ``a op b == c``; given the prompt it must also continue the chain: ``op b``
   is the next term of the prompt, ``a`` is the previous step's written ``c``
   (for the first step, the true value of the first two terms), and there are
   no more steps than the prompt has terms to add. So an error is charged to
-  the step that makes it, not to the steps that carry it on correctly.
+  the step that makes it, not to the steps that carry it on correctly. (A
+  running chain ``14+3=17+2=19`` in one step counts as two reductions.)
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from datasets import Dataset
+
+from ..algorithms.verigate import ArithmeticStepScorer, split_steps
 
 #: Operators a task may use (one precedence level: left-to-right = usual value).
 TASK_OPS = "+-"
@@ -152,50 +156,25 @@ def parse_chain(completion: str) -> list[tuple[int, str, int, int] | None]:
     return steps
 
 
-def step_spans(completion: str) -> list[tuple[int, int]]:
-    """Character span ``[start, end)`` of each piece of :func:`parse_chain`, in
-    ``completion`` as given; a step's span includes the comma that ends it, so the
-    spans cover the stripped completion. With the character tokenizer, character
-    offsets are token offsets (``<eos>`` excluded)."""
-    stripped = completion.strip()
-    if not stripped:
-        return []
-    offset = len(completion) - len(completion.lstrip())
-    spans = []
-    start = offset
-    for piece in stripped.split(","):
-        end = start + len(piece)
-        spans.append((start, min(end + 1, offset + len(stripped))))
-        start = end + 1
-    return spans
-
-
 def check_steps(completion: str, prompt: str | None = None) -> list[bool]:
-    """Judge every step of a worked chain (rule in the module docstring).
+    """Judge every step of a worked chain, for VeriGate's process scores.
 
-    Without ``prompt``: step right iff well formed and ``a op b == c``.
-    With ``prompt``: also its inputs continue the chain of that prompt.
-    Returns one bool per comma-separated piece (``[]`` for an empty completion).
+    Steps are the pieces of ``split_steps(completion, "chain")`` (separated by
+    ``,`` or newlines, blank pieces skipped); each is judged by the algorithm
+    core's :class:`~contrastive_rlvr.algorithms.verigate.ArithmeticStepScorer`,
+    so the trainer's process scorer and this checker cannot drift apart.
+    Without ``prompt``: right iff every ``=`` in the step holds. With
+    ``prompt``: also the step continues the prompt's chain (rule in the module
+    docstring). Returns one bool per step (``[]`` for an empty completion).
     """
-    steps = parse_chain(_completion_text(completion))
+    text = _completion_text(completion)
+    steps = [text[start:end] for start, end in split_steps(text, "chain")]
     if prompt is None:
-        return [s is not None and _apply(s[0], s[1], s[2]) == s[3] for s in steps]
-    problem = parse_prompt(prompt)
-    todo = list(zip(problem.ops[1:], problem.operands[2:], strict=True))
-    expected_a: int | None = problem.partial_values()[0]
-    verdicts = []
-    for k, step in enumerate(steps):
-        ok = (
-            step is not None
-            and k < len(todo)
-            and (step[1], step[2]) == todo[k]
-            and step[0] == expected_a
-            and _apply(step[0], step[1], step[2]) == step[3]
-        )
-        verdicts.append(ok)
-        # The next step must start from what this one wrote, right or wrong.
-        expected_a = step[3] if step is not None else None
-    return verdicts
+        scores = ArithmeticStepScorer(follow_prompt=False)("", steps)
+    else:
+        parse_prompt(prompt)  # a clear error for a prompt of another task
+        scores = ArithmeticStepScorer(follow_prompt=True)(prompt, steps)
+    return [score == 1.0 for score in scores]
 
 
 def chain_answer(completion: str) -> int | None:
