@@ -53,3 +53,48 @@ def train(
         f"({summary['wall_seconds']:.0f} s)"
     )
     typer.echo(json.dumps(summary))
+
+
+@app.command("eval")
+def eval_command(
+    model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
+    benchmarks: str = typer.Option(
+        "math500", "--benchmarks", help="Comma-separated: math500,amc23,aime24,aime25,gsm8k."
+    ),
+    n: int = typer.Option(32, "--n", help="Samples per problem (seeds 0..n-1)."),
+    limit: int | None = typer.Option(None, "--limit", help="First N problems per benchmark."),
+    max_new_tokens: int = typer.Option(4096, "--max-new-tokens"),
+    temperature: float = typer.Option(0.6, "--temperature"),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per generate call (HF)."),
+    backend: str = typer.Option("auto", "--backend", help="auto, hf or vllm."),
+    output_dir: Path = typer.Option(Path("eval_results"), "--output-dir"),
+    benchmarks_dir: Path | None = typer.Option(
+        None, "--benchmarks-dir", help="Folder of benchmark jsonl files."
+    ),
+    last_number_fallback: bool = typer.Option(
+        False, "--last-number-fallback", help="Score the last number when no answer is boxed."
+    ),
+) -> None:
+    """Sample n completions per problem, verify them, print avg@n, pass@k, unparsable."""
+    from .evaluation import EvalConfig, evaluate
+
+    try:
+        cfg = EvalConfig(
+            model=model,
+            benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+            n=n,
+            limit=limit,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            backend=backend,  # type: ignore[arg-type]
+            output_dir=str(output_dir),
+            benchmarks_dir=str(benchmarks_dir) if benchmarks_dir else None,
+            last_number_fallback=last_number_fallback,
+        )
+        evaluate(cfg)
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err

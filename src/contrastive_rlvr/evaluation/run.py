@@ -1,0 +1,253 @@
+"""The ``eval`` command: sample n completions per problem, verify, report avg@n and pass@k.
+
+Steps per benchmark: load the problems (:mod:`.benchmarks`), build prompts
+with the model's chat template, sample the ``(problem, seed)`` pairs that the
+cache (:mod:`.cache`) does not hold yet, score every sample with
+:class:`~contrastive_rlvr.rewards.MathVerifyReward`, summarise
+(:mod:`.report`). Writes ``results.json`` and ``samples/<benchmark>.jsonl``
+(each sample with its extracted answer and verifier status) under
+``output_dir``; generations are cached in ``output_dir/generations``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..rewards import MathVerifyReward
+from .benchmarks import get_benchmark_spec, load_benchmark
+from .cache import GenerationCache
+from .generate import (
+    DEFAULT_INSTRUCTION,
+    Generator,
+    HFGenerator,
+    VLLMGenerator,
+    build_prompt,
+    vllm_available,
+)
+from .report import BenchmarkReport, results_table, summarize
+
+logger = logging.getLogger(__name__)
+Backend = Literal["auto", "hf", "vllm"]
+
+
+@dataclass
+class EvalConfig:
+    """Everything ``contrastive-rlvr eval`` takes. Defaults follow the papers' evaluation."""
+
+    model: str
+    """HF model id, local directory, ``.gguf`` file, or alias such as ``smollm2-135m``."""
+    benchmarks: list[str] = field(default_factory=lambda: ["math500"])
+    """Benchmark names (see ``evaluation.benchmarks.BENCHMARKS``)."""
+    n: int = 32
+    """Samples per problem; sample j uses seed j."""
+    limit: int | None = None
+    """Evaluate only the first ``limit`` problems of each benchmark."""
+    max_new_tokens: int = 4096
+    temperature: float = 0.6
+    top_p: float = 0.95
+    batch_size: int = 16
+    """Prompts per ``generate`` call (HF backend)."""
+    output_dir: str = "eval_results"
+    benchmarks_dir: str | None = None
+    """Folder of benchmark jsonl files (else $CONTRASTIVE_RLVR_BENCHMARKS_DIR, ../shared/...)."""
+    backend: Backend = "auto"
+    """``hf``, ``vllm``, or ``auto``: vLLM when installed with a GPU, else HF."""
+    dtype: str = "auto"
+    """``auto``: float32 on CPU, the checkpoint's dtype on GPU; or float32/bf16/fp16."""
+    chat_template: bool = True
+    """Wrap prompts in the model's chat template when it has one."""
+    instruction: str = DEFAULT_INSTRUCTION
+    reward_timeout: int = 3
+    reward_workers: int = 2
+    last_number_fallback: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.backend not in ("auto", "hf", "vllm"):
+            raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
+        if not self.benchmarks:
+            raise ValueError("benchmarks: give at least one benchmark name")
+        for name in self.benchmarks:
+            get_benchmark_spec(name)
+
+    def generation_setting(self, backend: str) -> dict[str, Any]:
+        """What determines a sample (the cache key), apart from problem and seed."""
+        keys = ("model", "max_new_tokens", "temperature", "top_p", "dtype")
+        keys += ("chat_template", "instruction")
+        return {**{k: getattr(self, k) for k in keys}, "backend": backend}
+
+
+@dataclass
+class EvalResult:
+    reports: list[BenchmarkReport]
+    results_path: Path
+
+
+def _make_generator(
+    config: EvalConfig, model: Any = None, tokenizer: Any = None
+) -> tuple[Generator, Any, str]:
+    backend = config.backend
+    if backend == "auto":
+        backend = "vllm" if model is None and vllm_available() else "hf"
+    if backend == "vllm":
+        gen = VLLMGenerator(
+            config.model,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            dtype=config.dtype,
+        )
+        return gen, gen.tokenizer, backend
+    if model is None:
+        import torch
+
+        from ..models import load_model_and_tokenizer
+
+        cuda = torch.cuda.is_available()
+        dtype = config.dtype if config.dtype != "auto" or cuda else "float32"
+        model, tokenizer = load_model_and_tokenizer(
+            config.model, dtype=dtype, device="cuda" if cuda else None
+        )
+    gen = HFGenerator(
+        model,
+        tokenizer,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        batch_size=config.batch_size,
+        chat=config.chat_template and bool(getattr(tokenizer, "chat_template", None)),
+    )
+    return gen, tokenizer, backend
+
+
+def _sample_all(
+    generator: Generator,
+    cache: GenerationCache,
+    ids: list[str],
+    prompts: list[str],
+    n: int,
+    batch_size: int,
+    progress: Progress,
+    label: str,
+) -> list[list[str]]:
+    """Completions ``[problem][seed]``, generating only what the cache lacks."""
+    todo = {s: [i for i in range(len(ids)) if cache.get(ids[i], s) is None] for s in range(n)}
+    cached = len(ids) * n - sum(len(m) for m in todo.values())
+    task = progress.add_task(label, total=len(ids) * n, completed=cached)
+    for seed, missing in todo.items():
+        # Chunks of batch_size, each saved as soon as it is done (resume point).
+        for start in range(0, len(missing), batch_size):
+            chunk = missing[start : start + batch_size]
+            texts = generator.generate([prompts[i] for i in chunk], seed)
+            cache.add((ids[i], seed, text) for i, text in zip(chunk, texts, strict=True))
+            progress.advance(task, len(chunk))
+    return [[cache.get(pid, seed) or "" for seed in range(n)] for pid in ids]
+
+
+def _score(
+    reward: MathVerifyReward,
+    benchmark: str,
+    ids: list[str],
+    golds: list[str],
+    completions: list[list[str]],
+    samples_path: Path,
+) -> BenchmarkReport:
+    n = len(completions[0])
+    flat = [c for row in completions for c in row]
+    flat_golds = [g for g in golds for _ in range(n)]
+    scores = reward.score(flat, flat_golds)
+    correct = [[scores[i * n + j].reward == 1.0 for j in range(n)] for i in range(len(ids))]
+    unparsed = [[scores[i * n + j].unparsed for j in range(n)] for i in range(len(ids))]
+    events = Counter(s.status for s in scores)
+    samples_path.parent.mkdir(parents=True, exist_ok=True)
+    with samples_path.open("w", encoding="utf-8") as f:
+        for i, pid in enumerate(ids):
+            for j in range(n):
+                s = scores[i * n + j]
+                rec = {
+                    "problem_id": pid,
+                    "seed": j,
+                    "gold": golds[i],
+                    "answer": s.answer,
+                    "status": s.status,
+                    "reward": s.reward,
+                    "completion": completions[i][j],
+                }
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return summarize(benchmark, correct, unparsed, dict(events))
+
+
+def evaluate(
+    config: EvalConfig,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    console: Console | None = None,
+) -> EvalResult:
+    """Run the evaluation of ``config``; prints the table and returns the reports.
+
+    ``model``/``tokenizer`` may be passed in (e.g. by a trainer) instead of
+    being loaded from ``config.model``; ``config.model`` then only names them.
+    """
+    console = console or Console()
+    out_dir = Path(config.output_dir)
+    generator, tokenizer, backend = _make_generator(config, model, tokenizer)
+    chat = config.chat_template and bool(getattr(tokenizer, "chat_template", None))
+    setting = config.generation_setting(backend)
+    reports = []
+    with (
+        MathVerifyReward(
+            timeout=config.reward_timeout,
+            workers=config.reward_workers,
+            last_number_fallback=config.last_number_fallback,
+        ) as reward,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not config.progress,
+        ) as progress,
+    ):
+        for name in config.benchmarks:
+            ds = load_benchmark(name, data_dir=config.benchmarks_dir, limit=config.limit)
+            ids, golds = list(ds["id"]), list(ds["answer"])
+            prompts = [build_prompt(tokenizer, p, config.instruction, chat) for p in ds["prompt"]]
+            cache = GenerationCache(out_dir / "generations", name, setting)
+            completions = _sample_all(
+                generator, cache, ids, prompts, config.n, config.batch_size, progress, name
+            )
+            reports.append(
+                _score(reward, name, ids, golds, completions, out_dir / "samples" / f"{name}.jsonl")
+            )
+    results_path = out_dir / "results.json"
+    payload = {
+        "config": asdict(config),
+        "backend": backend,
+        "benchmarks": {r.benchmark: r.to_json() for r in reports},
+    }
+    results_path.write_text(json.dumps(payload, indent=2))
+    console.print(results_table(reports, title=f"{config.model}  (n={config.n})"))
+    console.print(f"results: {results_path}")
+    return EvalResult(reports=reports, results_path=results_path)
