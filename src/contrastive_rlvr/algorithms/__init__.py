@@ -61,12 +61,11 @@ from .seed_methods import (
     check_seed_method_compat,
     seed_method_loss,
 )
+from .step_checker import ArithmeticStepScorer, equations_right
 from .verigate import (
     PROCESS_NORMS,
     STEP_RULES,
-    ArithmeticStepScorer,
     ProcessScorer,
-    equations_right,
     future_cumulated,
     gated_groups,
     process_advantages,
