@@ -58,6 +58,15 @@ class RLVRConfig(GRPOConfig):
     eval_limit: int | None = field(
         default=None, metadata={"help": "Evaluate on at most this many held-out problems."}
     )
+    embedded_terms: int = field(
+        default=3,
+        metadata={"help": "Embedded task: operands per problem (3: 'a+b+c=', one worked step; "
+                  "4 or more: longer chains)."},
+    )
+    embedded_sft_steps: int | None = field(
+        default=None,
+        metadata={"help": "Embedded default: SFT warm-start steps (None: its default; 0: none)."},
+    )
     log_delta: bool = field(
         default=True,
         metadata={

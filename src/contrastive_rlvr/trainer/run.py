@@ -30,6 +30,8 @@ def save_resolved_config(config: RLVRConfig, path: Path) -> None:
 def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     """The embedded default's model (warm-started once, then reused), task and reward."""
     from ..embedded import (
+        EmbeddedSettings,
+        TaskConfig,
         arithmetic_reward,
         build_embedded_default,
         heldout_accuracy,
@@ -37,12 +39,14 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         make_datasets,
     )
 
+    task = TaskConfig(terms=config.embedded_terms)
     sft_dir = out / SFT_DIR
     if not (sft_dir / "config.json").exists():
-        build_embedded_default(sft_dir, seed=config.seed)
+        settings = EmbeddedSettings(seed=config.seed, task=task)
+        build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
     tokenizer = load_char_tokenizer(sft_dir)
     model = AutoModelForCausalLM.from_pretrained(sft_dir)
-    train, heldout = make_datasets()
+    train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
 

@@ -1,0 +1,76 @@
+"""The training config: validation before any model loads, YAML + command-line overrides."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from contrastive_rlvr.trainer import RLVRConfig
+from contrastive_rlvr.trainer.parse import default_config_path, load_yaml, parse_config
+
+
+def config(**kw) -> RLVRConfig:
+    return RLVRConfig(output_dir="/tmp/unused", report_to="none", **kw)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"recipe": "ppo"}, "recipe"),
+        ({"bicc_context_ratio": 0.0}, "bicc_context_ratio"),
+        ({"bicc_context_ratio": 1.0}, "bicc_context_ratio"),
+        ({"bicc_ratio_mode": "other"}, "bicc_ratio_mode"),
+        ({"num_generations": 1, "bicc": True}, "num_generations"),
+        ({"num_generations": 1, "recipe": "conspo"}, "num_generations"),
+        ({"clip_low": -0.1}, "clip_low"),
+        ({"beta": -1.0}, "beta"),
+        ({"rcc_delta": "max"}, "rcc_delta"),
+        ({"rcc_reference": "old"}, "rcc_reference"),
+        ({"conspo_tau": 0.0}, "conspo_tau"),
+        ({"loss_agg": "sum"}, "loss_agg"),
+        ({"bicc_truncation": "random"}, "bicc_truncation"),
+        # ConSPO needs whole groups per micro-batch: 4 rows of a group of 8 cannot be.
+        (
+            {
+                "recipe": "conspo",
+                "num_generations": 8,
+                "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": 2,
+            },
+            "per_device_train_batch_size",
+        ),
+    ],
+)
+def test_invalid_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        config(**kwargs)
+
+
+def test_recipe_defaults_resolve():
+    assert config(recipe="grpo").beta == 0.04
+    assert config(recipe="dr_grpo").beta == 0.01
+    dapo = config(recipe="dapo", max_completion_length=20)
+    assert dapo.beta == 0.0 and dapo.dynamic_sampling and dapo.overlong_punishment
+    assert dapo.overlong_cache_len == 5  # a quarter of max_completion_length
+    assert config(recipe="dapo", beta=0.1).beta == 0.1  # an explicit value wins
+
+
+def test_embedded_yaml_and_overrides(tmp_path):
+    cfg = parse_config(None, ["--recipe", "dapo", "--bicc", "false", "--output_dir", str(tmp_path)])
+    embedded = yaml.safe_load(default_config_path().read_text())
+    assert cfg.recipe == "dapo" and cfg.bicc is False and cfg.output_dir == str(tmp_path)
+    assert cfg.rcc is embedded["rcc"] is True  # untouched fields come from the YAML
+    assert cfg.num_generations == embedded["num_generations"]
+
+
+def test_yaml_unknown_key_and_bad_value(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("recipe: grpo\nbicc_ratio: 0.4\n")
+    with pytest.raises(ValueError, match="bicc_ratio"):
+        load_yaml(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(f"output_dir: {tmp_path}\nbicc_context_ratio: 2.0\nreport_to: none\n")
+    with pytest.raises(ValueError, match="bicc_context_ratio"):
+        parse_config(wrong, [])
+    with pytest.raises(ValueError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")

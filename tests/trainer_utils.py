@@ -1,0 +1,69 @@
+"""Shared set-up for the trainer tests: a tiny saved model, a prompt set, a reward
+that gives mixed groups whatever the model says, and a config factory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+from contrastive_rlvr.embedded import build_char_tokenizer, build_tiny_model, load_char_tokenizer
+from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
+
+GROUP = 4
+PROMPTS = 2  # per step
+
+
+def save_tiny_model(path: Path) -> Path:
+    """A randomly initialised tiny Llama and its tokenizer saved to ``path``."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def prompt_dataset(n: int = 16) -> Dataset:
+    prompts = [f"{a}+{b}+{c}=" for a, b, c in zip(range(n), range(3, 3 + n), range(5, 5 + n))]
+    return Dataset.from_dict(
+        {"prompt": [p.replace("1", "7") for p in prompts], "answer": ["1"] * n}
+    )
+
+
+def token_parity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """1 when the completion's token ids sum to an even number: a coin flip under a
+    random model, so groups are mixed and every method has a gradient."""
+    return [float(sum(ids) % 2 == 0) for ids in completion_ids]
+
+
+def make_config(tmp_path: Path, **overrides) -> RLVRConfig:
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        model="unused",
+        num_generations=GROUP,
+        per_device_train_batch_size=GROUP * PROMPTS,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        beta=0.0,
+        temperature=1.0,
+    )
+    values.update(overrides)
+    return RLVRConfig(**values)
+
+
+def make_trainer(model_dir: Path, config: RLVRConfig, reward=token_parity_reward) -> RLVRTrainer:
+    return RLVRTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=prompt_dataset(),
+        processing_class=load_char_tokenizer(model_dir),
+    )
