@@ -25,10 +25,9 @@ def save_tiny_model(path: Path) -> Path:
 
 
 def prompt_dataset(n: int = 16) -> Dataset:
-    prompts = [f"{a}+{b}+{c}=" for a, b, c in zip(range(n), range(3, 3 + n), range(5, 5 + n))]
-    return Dataset.from_dict(
-        {"prompt": [p.replace("1", "7") for p in prompts], "answer": ["1"] * n}
-    )
+    """``n`` distinct prompts ``i+(i+3)+(i+5)=``."""
+    prompts = [f"{i}+{i + 3}+{i + 5}=" for i in range(n)]
+    return Dataset.from_dict({"prompt": prompts, "answer": ["1"] * n})
 
 
 def token_parity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
