@@ -1,0 +1,172 @@
+"""ReCo: occurrence weights, the variance factor and the loss, against hand-worked values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from contrastive_rlvr.algorithms import (
+    completion_keys,
+    distinct_share,
+    expected_occurrence_weights,
+    occurrence_weights,
+    policy_loss,
+    reco_loss,
+    variance_factor,
+)
+
+torch.set_num_threads(1)
+LOUD = 37.0  # in masked cells: a masking bug shows
+
+
+def close(actual: torch.Tensor, expected, **kw) -> None:
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    torch.testing.assert_close(actual, expected, **kw)
+
+
+def test_occurrence_weights_inverse_count_within_each_group():
+    keys = ["a", "b", "a", "c", "x", "x", "x", "y"]
+    w = occurrence_weights(keys, 4)
+    # group 0: "a" twice -> 1/2 each, "b" and "c" once; group 1: "x" three times -> 1/3
+    close(w, [0.5, 1, 0.5, 1, 1 / 3, 1 / 3, 1 / 3, 1])
+    # the same key in another group does not count: "a" in group 1 would weigh 1
+    close(occurrence_weights(["a", "b", "a", "c"], 2), [1, 1, 1, 1])
+    # each group's weights sum to its distinct responses: (3 + 2) / 2 groups / G=4
+    close(distinct_share(w, 4), (3 / 4 + 2 / 4) / 2)
+    with pytest.raises(ValueError, match="does not divide"):
+        occurrence_weights(["a", "b", "c"], 2)
+
+
+def test_completion_keys_ignore_padding():
+    ids = torch.tensor([[5, 6, 0], [5, 6, 9], [5, 7, 9]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0]])
+    keys = completion_keys(ids, mask)
+    assert keys == [(5, 6), (5, 6), (5, 7)]
+    close(occurrence_weights(keys + [(1,)], 2), [0.5, 0.5, 1, 1])
+
+
+def test_expected_occurrence_weights():
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 1.0], [0.01, 0.5], [0.9, 0.9]]))
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 0]])
+    old[3, 1] = LOUD  # padding
+    w = expected_occurrence_weights(old, mask, 4)
+    # pi_old(o): 0.25, 0.5, 0.005, 0.9; G * pi = 1, 2, 0.02, 3.6 -> 1 / max(1, G pi)
+    close(w, [1.0, 0.5, 1.0, 1 / 3.6])
+
+
+def test_variance_factor_on_hand_made_probabilities():
+    p = torch.tensor([[0.5, 0.9, 0.99, 0.1, 0.3]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    logp = torch.log(p)
+    logp[0, 4] = LOUD
+    # p(1-p) = 0.25, 0.09, 0.0099, 0.09; "max" divides by 1/4
+    close(variance_factor(logp, mask, factor_norm="max"), [[1.0, 0.36, 0.0396, 0.36, 0.0]])
+    # "mean" divides by the mean over real tokens: 0.4399 / 4 = 0.109975
+    z = 0.4399 / 4
+    close(
+        variance_factor(logp, mask),
+        [[0.25 / z, 0.09 / z, 0.0099 / z, 0.09 / z, 0.0]],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    # a normaliser from the whole batch replaces this batch's mean
+    close(variance_factor(logp, mask, variance_mean=0.5), [[0.5, 0.18, 0.0198, 0.18, 0.0]])
+    with pytest.raises(ValueError, match="unknown factor_norm"):
+        variance_factor(logp, mask, factor_norm="entropy")
+
+
+def _two_rows():
+    logp = torch.log(torch.tensor([[0.5, 0.9], [0.5, 0.3]])).requires_grad_()
+    mask = torch.tensor([[1, 1], [1, 0]])
+    return logp, mask
+
+
+def test_reco_loss_value_and_gradient_by_hand():
+    logp, mask = _two_rows()
+    with torch.no_grad():
+        old = logp.clone()  # on-policy: ratio 1, the trust-region gate keeps every token
+        old[1, 1] = LOUD
+    adv = torch.tensor([1.0, -2.0])
+    weights = torch.tensor([1.0, 0.5])
+    loss, metrics = policy_loss("reco", logp, old, adv, mask, weights=weights, factor_norm="max")
+    # f = 4 p (1 - p): row 0 (1, 0.36), row 1 (1). Terms -w f A:
+    # row 0: (-1, -0.36), token mean -0.68; row 1: -(0.5 * 1 * -2) = 1.0.
+    # seq-mean-token-mean over the weighted row count 1 + 0.5 = 1.5: (-0.68 + 1.0) / 1.5.
+    close(loss, 0.32 / 1.5)
+    loss.backward()
+    # d/dlogp = -w f A / (|o_i| * 1.5): f is a stop-gradient factor, only exp(l - sg l) moves
+    close(logp.grad, [[-1 / 3, -0.36 / 3], [1.0 / 1.5, 0.0]])
+    close(metrics["reco/distinct_frac"], 0.75)
+    close(metrics["reco/saturated_frac"], 0.0)
+    close(metrics["reco/variance_mean"], (0.25 + 0.09 + 0.25) / 3)
+
+
+def test_reco_loss_token_mean_uses_the_weighted_token_count():
+    logp, mask = _two_rows()
+    adv = torch.tensor([[1.0, 1.0], [-2.0, LOUD]])
+    loss, _ = reco_loss(
+        logp,
+        logp.detach(),
+        adv,
+        mask,
+        weights=torch.tensor([1.0, 0.5]),
+        factor_norm="max",
+        agg="token-mean",
+    )
+    # terms -1, -0.36, +1.0 over sum_i w_i |o_i| = 1*2 + 0.5*1 = 2.5 tokens
+    close(loss, (-1 - 0.36 + 1.0) / 2.5)
+
+
+def test_reco_trust_region_gate():
+    logp = torch.log(torch.tensor([[0.6, 0.6, 0.2, 0.2]])).requires_grad_()
+    old = torch.log(torch.tensor([[0.4, 0.4, 0.4, 0.4]]))
+    mask = torch.ones(1, 4)
+    # ratios 1.5, 1.5, 0.5, 0.5 with advantages +1, -1, -1, +1 (clip 0.2):
+    # gated (no gradient): ratio 1.5 with A > 0 and ratio 0.5 with A < 0.
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
+    loss, metrics = reco_loss(logp, old, adv, mask, factor_norm="max")
+    loss.backward()
+    f06, f02 = 4 * 0.6 * 0.4, 4 * 0.2 * 0.8
+    close(logp.grad, [[0.0, f06 / 4, 0.0, -f02 / 4]])
+    close(metrics["clip/frac"], 0.5)
+
+
+def test_reco_mean_factor_averages_one_and_micro_batches_add_up():
+    torch.manual_seed(0)
+    logp = torch.log_softmax(torch.randn(4, 6, 5), -1)[..., 0].requires_grad_()
+    mask = torch.ones(4, 6)
+    mask[1, 4:] = 0
+    mask[3, 2:] = 0
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    weights = torch.tensor([1.0, 0.5, 0.5, 1.0])
+    f = variance_factor(logp, mask)
+    close((f * mask).sum() / mask.sum(), 1.0)
+    full, _ = reco_loss(logp, logp.detach(), adv, mask, weights=weights)
+    # Micro-batches of 2 rows with the whole batch's normalisers give the same loss.
+    p = torch.exp(logp.detach())
+    z = ((p * (1 - p)) * mask).sum() / mask.sum()
+    parts = [
+        reco_loss(
+            logp[s],
+            logp.detach()[s],
+            adv[s],
+            mask[s],
+            weights=weights[s],
+            variance_mean=z,
+            num_rows=weights.sum(),
+        )[0]
+        for s in (slice(0, 2), slice(2, 4))
+    ]
+    close(parts[0] + parts[1], full)
+
+
+def test_reco_loss_kl_needs_reference():
+    logp, mask = _two_rows()
+    with pytest.raises(ValueError, match="needs ref_logp"):
+        reco_loss(logp, logp.detach(), torch.ones(2), mask, beta=0.1)
+    ref = logp.detach() - math.log(2.0)
+    _, metrics = reco_loss(logp, logp.detach(), torch.ones(2), mask, ref_logp=ref, beta=0.1)
+    # k3 with l_ref - l = -log 2: exp(-log 2) + log 2 - 1 = 0.5 + 0.693147 - 1
+    close(metrics["kl/mean"], 0.5 + math.log(2.0) - 1)
