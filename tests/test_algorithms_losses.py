@@ -388,3 +388,33 @@ def test_negative_clip_bound_raises():
     logp, old, adv, mask = hand_case()
     with pytest.raises(ValueError, match="clip bounds must be >= 0"):
         policy_loss("grpo", logp, old, adv, mask, clip_low=-0.1)
+
+
+# ----------------------------------------------------------------------------- extremes
+
+
+@pytest.mark.parametrize("name", ALL_LOSSES)
+@pytest.mark.parametrize("shift", [100.0, -100.0])
+def test_extreme_log_ratios_stay_finite(name, shift):
+    # exp(100) would overflow float32; the log-ratio is clamped to +-20 before exp().
+    logp = torch.full((2, 3), shift, requires_grad=True)
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([1.0, -1.0])
+    loss, m = policy_loss(name, logp, old, adv, torch.ones(2, 3), ref_logp=old, beta=0.1)
+    (g,) = torch.autograd.grad(loss, logp)
+    assert torch.isfinite(loss) and torch.isfinite(g).all()
+    assert all(torch.isfinite(v) for v in m.values())
+
+
+def test_loss_option_names():
+    from contrastive_rlvr.algorithms import loss_option_names
+
+    token = {"clip_low", "clip_high", "agg", "ref_logp", "beta", "max_len", "num_rows",
+             "num_tokens"}
+    sequence = {"clip_low", "clip_high", "ref_logp", "beta", "num_rows"}
+    for name in ("grpo", "dapo", "dr_grpo"):
+        assert loss_option_names(name) == token
+    for name in ("gspo", "gspo_token", "gmpo"):
+        assert loss_option_names(name) == sequence
+    with pytest.raises(ValueError, match="unknown policy loss"):
+        loss_option_names("ppo")
