@@ -10,7 +10,9 @@ share of that problem's samples that are right.
 Rows are laid out problem-major (problem ``i``'s samples are rows
 ``i*n .. i*n + n-1``), prompts left-padded, ``batch_size`` rows per
 ``generate`` call. Sampling runs under a forked torch RNG seeded with
-``seed``, so results repeat and the caller's RNG state is left as it was.
+``seed``, so results repeat for the same ``seed`` and ``batch_size`` (the
+draws depend on how rows are batched) and the caller's RNG state is left as
+it was.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
-from ..algorithms.verigate import ArithmeticStepScorer, split_steps
+from ..algorithms import ArithmeticStepScorer, split_steps
 
 #: Operators a task may use (one precedence level: left-to-right = usual value).
 TASK_OPS = "+-"
@@ -161,7 +161,7 @@ def check_steps(completion: str, prompt: str | None = None) -> list[bool]:
 
     Steps are the pieces of ``split_steps(completion, "chain")`` (separated by
     ``,`` or newlines, blank pieces skipped); each is judged by the algorithm
-    core's :class:`~contrastive_rlvr.algorithms.verigate.ArithmeticStepScorer`,
+    core's :class:`~contrastive_rlvr.algorithms.ArithmeticStepScorer`,
     so the trainer's process scorer and this checker cannot drift apart.
     Without ``prompt``: right iff every ``=`` in the step holds. With
     ``prompt``: also the step continues the prompt's chain (rule in the module
