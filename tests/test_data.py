@@ -1,0 +1,117 @@
+"""Prompt datasets: field mapping, GSM8K answers, malformed rows, skip-bad-rows."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from contrastive_rlvr.data import gsm8k_final_answer, load_prompts
+
+
+def write_jsonl(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_field_mapping_problem_question_prompt(tmp_path):
+    f = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            json.dumps({"problem": "P1", "answer": "\\frac{1}{2}"}),
+            json.dumps({"question": "Q2", "answer": 3.0}),
+            json.dumps({"prompt": "R3", "final_answer": 4}),
+            "",  # blank lines are not rows
+        ],
+    )
+    loaded = load_prompts(f)
+    assert loaded.dataset["prompt"] == ["P1", "Q2", "R3"]
+    assert loaded.dataset["answer"] == ["\\frac{1}{2}", "3", "4"]
+    assert loaded.dataset["id"] == ["0", "1", "2"]
+    assert loaded.skipped == 0
+
+
+def test_explicit_fields_and_chat_prompts(tmp_path):
+    msgs = [{"role": "user", "content": "hi"}]
+    f = write_jsonl(tmp_path / "p.jsonl", [json.dumps({"q": msgs, "sol": "9", "uid": "a"})])
+    ds = load_prompts(f, prompt_field="q", answer_field="sol", id_field="uid").dataset
+    assert ds["prompt"] == [msgs] and ds["answer"] == ["9"] and ds["id"] == ["a"]
+
+
+def test_gsm8k_answers():
+    assert gsm8k_final_answer("3 + 4 = <<3+4=7>>7\n#### 7") == "7"
+    # thousands separators go, decimals and signs stay
+    assert gsm8k_final_answer("...\n#### 1,250") == "1250"
+    assert gsm8k_final_answer("#### -2.5") == "-2.5"
+    assert gsm8k_final_answer("no marker") is None
+
+
+def test_gsm8k_format_modes(tmp_path):
+    f = write_jsonl(
+        tmp_path / "g.jsonl",
+        [json.dumps({"question": "q", "answer": "so 2+2=4\n#### 4"})],
+    )
+    assert load_prompts(f).dataset["answer"] == ["4"]  # auto
+    assert load_prompts(f, answer_format="plain").dataset["answer"] == ["so 2+2=4\n#### 4"]
+    g = write_jsonl(tmp_path / "h.jsonl", [json.dumps({"question": "q", "answer": "4"})])
+    with pytest.raises(ValueError, match=r"h\.jsonl line 1: field 'answer' has no '####"):
+        load_prompts(g, answer_format="gsm8k")
+
+
+BAD_ROWS = [
+    # (line content, what the error must name)
+    ('{"problem": "ok", "answer": "1"}', None),
+    ('{"problem": "x", "answer": ', "line 2: invalid JSON"),
+    ('{"problem": "no answer"}', "line 3: missing field 'answer'"),
+    ('{"answer": "1"}', "line 4: missing field 'prompt'"),
+    ('{"problem": "", "answer": "1"}', "line 5: field 'problem' is empty"),
+    ('{"problem": "p", "answer": null}', "line 6: field 'answer' must be a string or a number"),
+    ('["a", "list"]', "line 7: expected a JSON object"),
+    ('{"problem": 5, "answer": "1"}', "line 8: field 'problem' must be a string"),
+    ('{"problem": "fine", "answer": 2}', None),
+]
+
+
+@pytest.mark.parametrize("bad_line", [i for i, (_, msg) in enumerate(BAD_ROWS) if msg])
+def test_malformed_row_error_names_file_line_field(tmp_path, bad_line):
+    lines = [BAD_ROWS[0][0], BAD_ROWS[bad_line][0]]
+    f = write_jsonl(tmp_path / "data.jsonl", lines)
+    expected = BAD_ROWS[bad_line][1].replace(f"line {bad_line + 1}", "line 2")
+    with pytest.raises(ValueError) as err:
+        load_prompts(f)
+    assert f"{f} {expected}" in str(err.value)
+
+
+def test_skip_bad_rows_counts_and_logs(tmp_path, caplog):
+    f = write_jsonl(tmp_path / "data.jsonl", [line for line, _ in BAD_ROWS])
+    with caplog.at_level("WARNING"):
+        loaded = load_prompts(f, skip_bad_rows=True)
+    # 9 rows, 2 good: 7 skipped
+    assert loaded.skipped == 7
+    assert loaded.dataset["prompt"] == ["ok", "fine"]
+    assert loaded.dataset["id"] == ["0", "8"]  # ids keep the row position
+    assert "skipped 7 bad rows" in caplog.text
+
+
+def test_parquet_rows_are_named_by_row(tmp_path):
+    path = tmp_path / "d.parquet"
+    table = pa.table({"question": ["a", "b", "c"], "answer": ["1", None, "3"]})
+    pq.write_table(table, path)
+    with pytest.raises(ValueError, match=r"d\.parquet row 2: field 'answer'"):
+        load_prompts(path)
+    loaded = load_prompts(path, skip_bad_rows=True)
+    assert loaded.skipped == 1 and loaded.dataset["answer"] == ["1", "3"]
+
+
+def test_limit_and_missing_sources(tmp_path, monkeypatch):
+    rows = [json.dumps({"problem": str(i), "answer": i}) for i in range(5)]
+    f = write_jsonl(tmp_path / "p.jsonl", rows)
+    assert load_prompts(f, limit=2).dataset["prompt"] == ["0", "1"]
+    with pytest.raises(ValueError, match="file not found"):
+        load_prompts(tmp_path / "missing.jsonl")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
+        load_prompts("someone/some-dataset")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        (tmp_path / "x.csv").write_text("a,b\n")
+        load_prompts(tmp_path / "x.csv")
