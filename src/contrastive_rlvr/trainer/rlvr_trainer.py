@@ -36,6 +36,7 @@ from ..algorithms import (
     conspo_loss,
     conspo_margin,
     get_recipe,
+    informative_groups,
     loss_option_names,
     policy_loss,
     rcc_baseline,
@@ -45,6 +46,7 @@ from ..algorithms import (
 from ..algorithms.ops import group_view
 from .batching import group_permutation, reorder_rows, split_rows, unpad
 from .config import RLVRConfig
+from .shaping import OverlongPenalty, take_rows
 
 
 class SkipNonFiniteUpdates(TrainerCallback):
@@ -80,17 +82,26 @@ class RLVRTrainer(GRPOTrainer):
     :class:`RLVRConfig`. See the module docstring for the overridden hooks.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, model: Any, reward_funcs: Any, args: RLVRConfig, *rest: Any, **kwargs: Any):
+        if not isinstance(args, RLVRConfig):
+            raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
+        funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+        if args.overlong_punishment:
+            if args.reward_weights is not None and len(args.reward_weights) != len(funcs) + 1:
+                raise ValueError(
+                    f"reward_weights={args.reward_weights} must have {len(funcs) + 1} entries: one "
+                    "per reward function plus one for the overlong punishment, which comes last"
+                )
+            funcs.append(OverlongPenalty(args.max_completion_length, args.overlong_cache_len))
+        super().__init__(model, funcs, args, *rest, **kwargs)
         config: RLVRConfig = self.args
-        if not isinstance(config, RLVRConfig):
-            raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(config).__name__}")
         self.recipe = get_recipe(config.recipe)
         self.nonfinite_losses = 0
         self.skipped_updates = 0
         self._nonfinite_pending = False
         self._last_rewards_per_func: torch.Tensor | None = None
         self.last_batch_stats: dict[str, torch.Tensor] = {}
+        self._refill_order: list[int] = []
         if self.ref_model is None and self._needs_reference():
             self.ref_model = self._build_reference_model()
         if config.bicc:
@@ -185,6 +196,8 @@ class RLVRTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         cfg, g = self.args, self.num_generations if mode == "train" else self.num_generations_eval
         rewards_all = self._total_rewards(mode)
+        if cfg.dynamic_sampling and mode == "train":
+            out, rewards_all = self._refill_collapsed_groups(out, rewards_all, g, mode)
         rows = self._process_rows(out["completion_ids"].size(0))
         out["rewards"] = rewards_all[rows]
         plain = (
@@ -226,7 +239,68 @@ class RLVRTrainer(GRPOTrainer):
         if cfg.bicc:
             self._add_bicc_inputs(out, rewards_all, rows, g, plain_old, mode)
         self._log_batch_diagnostics(mode, rewards_all, delta_all, g, out)
+        self.last_generation_batch = out
         return out
+
+    def _draw_prompts(self, num_prompts: int) -> list[dict]:
+        """Fresh training rows for dynamic sampling: a seeded walk over the dataset,
+        a different stride per process so processes draw different prompts."""
+        rows = []
+        for _ in range(num_prompts):
+            if not self._refill_order:
+                gen = torch.Generator().manual_seed(self.args.seed + 7919 * self.state.global_step)
+                self._refill_order = torch.randperm(len(self.train_dataset), generator=gen).tolist()
+            index = self._refill_order.pop()
+            rows.append(
+                self.train_dataset[
+                    (index + self.accelerator.process_index) % len(self.train_dataset)
+                ]
+            )
+        return rows
+
+    def _refill_collapsed_groups(self, out, rewards_all, g, mode):
+        """DAPO dynamic sampling: replace groups whose rewards are all equal by groups of
+        newly sampled prompts whose rewards differ, for at most ``dynamic_sampling_max_rounds``
+        extra generation rounds. Every process generates in every round (the scoring
+        gathers across processes); groups still collapsed after the cap stay (zero advantage)."""
+        rows = self._process_rows(out["completion_ids"].size(0))
+        local = rewards_all[rows]
+        collapsed = (~informative_groups(local, g)).nonzero().flatten().tolist()
+        found: list[tuple[dict, torch.Tensor, torch.Tensor]] = []  # (batch, row indices, rewards)
+        rounds = 0
+        while rounds < self.args.dynamic_sampling_max_rounds:
+            missing = torch.tensor(float(len(collapsed) - len(found)), device=local.device)
+            if self.accelerator.reduce(missing, reduction="max").item() <= 0:
+                break
+            prompts = self._draw_prompts(len(local) // g)
+            extra = super()._generate_and_score_completions([r for r in prompts for _ in range(g)])
+            extra_local = self._total_rewards(mode)[rows]
+            for group in informative_groups(extra_local, g).nonzero().flatten().tolist():
+                idx = torch.arange(group * g, (group + 1) * g)
+                found.append((extra, idx, extra_local[idx]))
+            rounds += 1
+        replaced = min(len(collapsed), len(found))
+        self._log(mode, "dapo/extra_rounds", rounds)
+        self._log(mode, "dapo/groups_replaced", replaced)
+        self._log(mode, "dapo/groups_still_collapsed", len(collapsed) - replaced)
+        if replaced == 0:
+            return out, rewards_all
+        swap = dict(zip(collapsed[:replaced], found[:replaced], strict=True))
+        parts, new_local = [], []
+        for group in range(len(local) // g):
+            if group in swap:
+                batch, idx, rew = swap[group]
+                parts.append((batch, idx))
+                new_local.append(rew)
+            else:
+                idx = torch.arange(group * g, (group + 1) * g)
+                parts.append((out, idx))
+                new_local.append(local[idx])
+        merged = take_rows(parts, self._tokenizer.pad_token_id)
+        merged["num_items_in_batch"] = self.accelerator.gather(
+            merged["completion_mask"].sum()
+        ).sum()
+        return merged, gather(torch.cat(new_local))
 
     def _add_bicc_inputs(self, out, rewards_all, rows, g, plain_old, mode) -> None:
         """Conditioned prompts for the local rows, and old/ref log-probs per the ratio mode."""

@@ -1,0 +1,65 @@
+"""Reward shaping and batch refills of DAPO (arXiv:2503.14476) on TRL's scored batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..algorithms import overlong_penalty
+
+# Per-row 2-D entries of TRL's scored batch that are left-padded; the others are right-padded.
+LEFT_PADDED = ("prompt_ids", "prompt_mask", "bicc_prompt_ids", "bicc_prompt_mask")
+
+
+class OverlongPenalty:
+    """DAPO's soft overlong punishment as a TRL reward function (added to the others).
+
+    ``0`` up to ``max_len - cache_len`` tokens, then falling linearly to ``-1`` at
+    ``max_len`` (see :func:`contrastive_rlvr.algorithms.overlong_penalty`).
+    """
+
+    __name__ = "overlong_penalty"
+
+    def __init__(self, max_len: int, cache_len: int) -> None:
+        self.max_len, self.cache_len = max_len, cache_len
+
+    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[float]:
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        return overlong_penalty(lengths, max_len=self.max_len, cache_len=self.cache_len).tolist()
+
+
+def _pad_cat(pieces: list[torch.Tensor], left: bool, value: float | int) -> torch.Tensor:
+    width = max(p.size(1) for p in pieces)
+    padded = []
+    for p in pieces:
+        pad = p.new_full((p.size(0), width - p.size(1)), value)
+        padded.append(torch.cat([pad, p] if left else [p, pad], dim=1))
+    return torch.cat(padded, dim=0)
+
+
+def take_rows(
+    parts: list[tuple[dict[str, Any], torch.Tensor]], pad_token_id: int
+) -> dict[str, Any]:
+    """A scored batch made of chosen rows of several scored batches (same keys).
+
+    ``parts`` holds ``(batch, row_indices)`` pairs; per-row tensors (first dim B)
+    are indexed and concatenated, 2-D ones re-padded on their side (prompts on
+    the left, completions and log-probs on the right). ``num_items_in_batch`` is
+    left to the caller (it counts tokens over all processes).
+    """
+    first = parts[0][0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        num_rows = first["completion_ids"].size(0)
+        if not (isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_rows):
+            out[key] = value
+            continue
+        pieces = [batch[key][idx.to(batch[key].device)] for batch, idx in parts]
+        if value.dim() == 1:
+            out[key] = torch.cat(pieces)
+        else:
+            is_ids = key.endswith("_ids")
+            fill = pad_token_id if is_ids else 0
+            out[key] = _pad_cat(pieces, left=key in LEFT_PADDED, value=fill)
+    return out
