@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model
 
 from contrastive_rlvr.algorithms import collapse_rate
 from contrastive_rlvr.trainer.shaping import OverlongPenalty, take_rows
-from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model
 
 
 @pytest.fixture(scope="module")

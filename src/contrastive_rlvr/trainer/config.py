@@ -60,8 +60,10 @@ class RLVRConfig(GRPOConfig):
     )
     embedded_terms: int = field(
         default=3,
-        metadata={"help": "Embedded task: operands per problem (3: 'a+b+c=', one worked step; "
-                  "4 or more: longer chains)."},
+        metadata={
+            "help": "Embedded task: operands per problem (3: 'a+b+c=', one worked step; "
+            "4 or more: longer chains)."
+        },
     )
     embedded_sft_steps: int | None = field(
         default=None,
