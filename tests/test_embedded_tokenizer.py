@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
 from contrastive_rlvr.embedded.tokenizer import (  # noqa: E402
+    bicc_phrases,
     build_char_tokenizer,
     load_char_tokenizer,
 )
@@ -101,3 +102,18 @@ def test_phrases_become_single_tokens():
     assert tok.decode(ids) == header + "7"
     with pytest.raises(ValueError, match="at least 2 characters"):
         build_char_tokenizer(["x"])
+
+
+def test_bicc_phrases_shrink_the_framing_and_survive_reload(tmp_path):
+    t = BiCCTemplate()
+    tok = build_char_tokenizer(bicc_phrases(t, max_items=8))
+    # Two headers, the footer and 8 item prefixes ("\n" alone stays a character).
+    assert len(tok) == 100 + 2 + 1 + 8
+    tok.save_pretrained(tmp_path)
+    back = load_char_tokenizer(tmp_path)
+    enc = t.encode(lambda s: back(s, add_special_tokens=False)["input_ids"], 8)
+    # One token per piece instead of 35, 37, 14 and 11 characters.
+    assert (len(enc.header_correct), len(enc.header_wrong), len(enc.footer)) == (1, 1, 1)
+    assert [len(p) for p in enc.item_prefixes] == [1] * 8
+    text = t.header_wrong + t.item_prefix.format(index=2) + "14+3=18\n" + t.footer
+    assert back.decode(back(text)["input_ids"], skip_special_tokens=True) == text

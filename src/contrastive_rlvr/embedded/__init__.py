@@ -39,7 +39,7 @@ from .task import (
     parse_chain,
     parse_prompt,
 )
-from .tokenizer import build_char_tokenizer, load_char_tokenizer
+from .tokenizer import bicc_phrases, build_char_tokenizer, load_char_tokenizer
 
 #: File holding the settings in ``output_dir``.
 SETTINGS_FILE = "embedded_settings.json"
@@ -67,12 +67,17 @@ class EmbeddedSettings:
             on the same problems.
         model: the model's size.
         sft: the warm start; its ``seed`` is replaced by ``seed`` above.
+        bicc_phrases: give the default BiCC template's framing pieces one
+            token each (:func:`~.tokenizer.bicc_phrases`), so that BiCC's
+            context budget goes to the attempts rather than to the framing
+            text; off: one token per character everywhere.
     """
 
     seed: int = 0
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelShape = field(default_factory=ModelShape)
     sft: WarmStartConfig = field(default_factory=WarmStartConfig)
+    bicc_phrases: bool = False
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,7 +127,7 @@ def build_embedded_default(
             s = dataclasses.replace(
                 s, sft=dataclasses.replace(s.sft, steps=sft_steps, warmup_steps=warmup)
             )
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(bicc_phrases() if s.bicc_phrases else ())
     shape = s.model
     model = build_tiny_model(
         tokenizer,
@@ -155,6 +160,7 @@ __all__ = [
     "TaskConfig",
     "WarmStartConfig",
     "arithmetic_reward",
+    "bicc_phrases",
     "build_char_tokenizer",
     "build_embedded_default",
     "build_tiny_model",

@@ -24,6 +24,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
+from ..algorithms import BiCCTemplate
+
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
 #: Printable ASCII (space .. ``~``, 95 characters) and the newline.
@@ -75,6 +77,24 @@ def build_char_tokenizer(phrases: Sequence[str] = ()) -> PreTrainedTokenizerFast
     if phrases:
         tokenizer.add_tokens(list(phrases))
     return tokenizer
+
+
+def bicc_phrases(template: BiCCTemplate | None = None, max_items: int = 16) -> list[str]:
+    """BiCC's framing pieces as phrases for :func:`build_char_tokenizer`.
+
+    At one token per character the default template's framing costs
+    35 + 14 tokens (header and footer) plus 12 per attempt ("Attempt 1: " and
+    the newline), about half of a 102-token context budget; as phrases it
+    costs 2 plus 2 per attempt, leaving the budget to the attempts themselves.
+    Pieces of one character (the newline after each attempt) stay characters.
+    A template other than the one the phrases came from still encodes, one
+    token per character.
+    """
+    t = template or BiCCTemplate()
+    pieces = [t.header_correct, t.header_wrong, t.footer]
+    pieces += [t.item_prefix.format(index=i + 1) for i in range(max_items)]
+    pieces.append(t.item_suffix)
+    return list(dict.fromkeys(p for p in pieces if len(p) >= 2))
 
 
 def load_char_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
