@@ -39,8 +39,16 @@ class GenerationCache:
         if not meta.exists():
             meta.write_text(json.dumps(dict(setting), indent=2, sort_keys=True, default=str))
         self._samples: dict[tuple[str, int], str] = {}
+        # A kill mid-write leaves a last line without its newline: new lines
+        # must not be glued onto it.
+        self._torn_tail = False
         if self.path.exists():
             self._read()
+            with self.path.open("rb") as f:
+                f.seek(0, 2)
+                if f.tell() > 0:
+                    f.seek(-1, 2)
+                    self._torn_tail = f.read(1) != b"\n"
 
     def _read(self) -> None:
         with self.path.open(encoding="utf-8") as f:
@@ -61,6 +69,9 @@ class GenerationCache:
     def add(self, records: Iterable[tuple[str, int, str]]) -> None:
         """Append ``(problem_id, seed, completion)`` samples and flush them to disk."""
         with self.path.open("a", encoding="utf-8") as f:
+            if self._torn_tail:
+                f.write("\n")
+                self._torn_tail = False
             for problem_id, seed, completion in records:
                 rec = {"problem_id": str(problem_id), "seed": seed, "completion": completion}
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
