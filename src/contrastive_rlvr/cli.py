@@ -98,3 +98,8 @@ def eval_command(
     except (ValueError, FileNotFoundError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from err
+
+
+if __name__ == "__main__":
+    # `python -m contrastive_rlvr.cli` (what `accelerate launch -m` runs) as the console script.
+    app()

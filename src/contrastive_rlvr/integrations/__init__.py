@@ -1,0 +1,1 @@
+"""Bridges from the algorithm core to training engines other than TRL (verl)."""

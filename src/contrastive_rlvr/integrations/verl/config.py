@@ -1,0 +1,86 @@
+"""Our hyperparameters inside verl's actor config: a subclass of its ``PolicyLossConfig``.
+
+Select it in a verl config with::
+
+    actor_rollout_ref.actor.policy_loss._target_=contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig
+
+verl builds the actor config with Hydra's ``instantiate``, so the subclass
+reaches the workers (where the loss reads ``tau``) and the driver (where the
+``crlvr_sync`` trainer reads the RCC and BiCC fields) alike. verl's own
+fields keep their meaning: clip ranges are ``actor.clip_ratio_low/high``, the
+aggregation is ``actor.loss_agg_mode``, the KL term is ``actor.use_kl_loss`` /
+``kl_loss_coef`` / ``kl_loss_type``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verl.workers.config import PolicyLossConfig
+
+from ...algorithms import BICC_RATIO_MODES
+
+DELTA_REDUCTIONS = ("mean", "sum")
+TRUNCATIONS = ("head", "tail", "middle")
+
+
+@dataclass
+class CrlvrPolicyLossConfig(PolicyLossConfig):
+    """verl's policy-loss config plus the contrastive-rlvr hyperparameters.
+
+    Attributes:
+        tau: ConSPO temperature (paper default 10).
+        max_margin: ConSPO's final margin M (0.01).
+        margin_warmup: share of training over which the ConSPO margin ramps up (alpha, 0.3).
+        threshold: reward above which a completion counts as correct (ConSPO positives,
+            BiCC partitions); 0.5 suits 0/1 rewards.
+        rcc_coef: RCC's covariance coefficient c in ``b* = mean R + c Cov(R, delta)`` (2).
+        rcc_delta: ``"mean"`` (per-token mean) or ``"sum"`` of ``logp - ref_logp`` for RCC.
+        adv_eps: added to the group std before dividing (GRPO; verl's default 1e-6).
+        bicc: condition the policy log-probs of the update on the opposite partition.
+        bicc_context_ratio: share of ``data.max_prompt_length + data.max_response_length``
+            given to the added context (paper Table 3: 0.2/0.4/0.6; 0.4 best).
+        bicc_ratio: ``"paper"`` (old log-probs of the plain prompt) or ``"consistent"``
+            (old log-probs recomputed on the conditioned prompt).
+        bicc_truncation: how an opposite completion longer than its share is cut.
+    """
+
+    tau: float = 10.0
+    max_margin: float = 0.01
+    margin_warmup: float = 0.3
+    threshold: float = 0.5
+    rcc_coef: float = 2.0
+    rcc_delta: str = "mean"
+    adv_eps: float = 1e-6
+    bicc: bool = False
+    bicc_context_ratio: float = 0.4
+    bicc_ratio: str = "paper"
+    bicc_truncation: str = "middle"
+
+    def __post_init__(self) -> None:
+        where = "actor_rollout_ref.actor.policy_loss"
+        if self.tau <= 0:
+            raise ValueError(f"{where}.tau must be > 0, got {self.tau}")
+        if self.max_margin < 0:
+            raise ValueError(f"{where}.max_margin must be >= 0, got {self.max_margin}")
+        if self.margin_warmup <= 0:
+            raise ValueError(f"{where}.margin_warmup must be > 0, got {self.margin_warmup}")
+        if self.adv_eps < 0:
+            raise ValueError(f"{where}.adv_eps must be >= 0, got {self.adv_eps}")
+        if self.rcc_delta not in DELTA_REDUCTIONS:
+            raise ValueError(
+                f"{where}.rcc_delta must be one of {DELTA_REDUCTIONS}, got {self.rcc_delta!r}"
+            )
+        if not 0.0 < self.bicc_context_ratio < 1.0:
+            raise ValueError(
+                f"{where}.bicc_context_ratio must be in (0, 1), got {self.bicc_context_ratio}"
+            )
+        if self.bicc_ratio not in BICC_RATIO_MODES:
+            raise ValueError(
+                f"{where}.bicc_ratio must be one of {BICC_RATIO_MODES}, got {self.bicc_ratio!r}"
+            )
+        if self.bicc_truncation not in TRUNCATIONS:
+            raise ValueError(
+                f"{where}.bicc_truncation must be one of {TRUNCATIONS}, "
+                f"got {self.bicc_truncation!r}"
+            )

@@ -1,0 +1,232 @@
+"""Group layout on verl's batches, without importing verl (pure torch).
+
+The algorithm core wants rows laid out group by group (``G`` consecutive rows
+share a prompt). verl's batches are not: rows carry a group id (``uid``, verl's
+``index``) and its load balancer reorders rows across data-parallel ranks. The
+functions here sort rows into groups and back, rewrite prompts for BiCC in
+batch order, carry ConSPO's positive labels and margin through verl's
+``advantages`` field, and check that a ConSPO run keeps its groups whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ...algorithms import EncodedTemplate, build_bicc_prompts
+from ...algorithms.bicc import Truncation
+from ...algorithms.ops import Tensor, masked_mean
+
+# ConSPO's targets are exact small numbers (-1 and 1 + margin); this tolerance
+# only absorbs float32 rounding of the advantage field on its way through verl.
+TARGET_TOL = 1e-5
+
+
+def group_rows(index: Sequence[Hashable]) -> list[list[int]]:
+    """Rows of each group, groups in order of first appearance, rows in batch order.
+
+    Args:
+        index: B group ids (verl's ``uid``), any hashable values.
+    """
+    groups: dict[Hashable, list[int]] = {}
+    for row, uid in enumerate(index):
+        groups.setdefault(uid, []).append(row)
+    return list(groups.values())
+
+
+def size_classes(index: Sequence[Hashable]) -> list[tuple[Tensor, int]]:
+    """Rows laid out group by group, one entry per group size present.
+
+    The core's reshapes to (B/G, G) need one G, while a verl batch can mix
+    sizes (the padding rows verl adds to make a batch divisible form a group
+    of their own). Each entry is ``(order, G)``: ``x[order]`` holds the
+    groups of size G one after another, in order of first appearance.
+    """
+    by_size: dict[int, list[int]] = {}
+    for rows in group_rows(index):
+        by_size.setdefault(len(rows), []).extend(rows)
+    return [(torch.tensor(rows, dtype=torch.long), g) for g, rows in sorted(by_size.items())]
+
+
+def grouped_apply(index: Sequence[Hashable], fn: Callable[..., Tensor], *per_row: Tensor) -> Tensor:
+    """Run a core group function on a verl batch and return its result in batch order.
+
+    ``fn(G, *grouped)`` gets the (B_G,) rows of all groups of size G, laid out
+    group by group, and returns (B_G,) values. Rows of a group of one get 0: a
+    lone completion has no group baseline (verl's ``grpo`` gives it ``R``).
+
+    Args:
+        index: B group ids. per_row: (B,) tensors (rewards, delta, ...).
+    Returns:
+        (B,).
+    """
+    out = torch.zeros_like(per_row[0])
+    for order, g in size_classes(index):
+        if g > 1:
+            out[order] = fn(g, *(x[order] for x in per_row)).to(out.dtype)
+    return out
+
+
+def encode_conspo_targets(positive: Tensor, margin: float) -> Tensor:
+    """ConSPO's per-row targets as verl advantages: ``1 + margin`` on positives, ``-1`` else.
+
+    verl hands a policy loss only log-probs, ``advantages`` and a mask, so the
+    estimator passes ConSPO's labels and the step's margin ``m_t`` (cosine
+    curriculum, known on the driver) in the advantage field; the loss decodes
+    them with :func:`decode_conspo_targets`.
+
+    Args:
+        positive: (B,) bool. margin: m_t >= 0.
+    Returns:
+        (B,) float.
+    """
+    if margin < 0:
+        raise ValueError(f"ConSPO margin must be >= 0, got {margin}")
+    return torch.where(positive, 1.0 + margin, -1.0).to(torch.float32)
+
+
+def decode_conspo_targets(advantages: Tensor, mask: Tensor) -> tuple[Tensor, float]:
+    """Labels and margin back from token-level targets (B, T) (constant per row).
+
+    Returns:
+        ``positive`` (B,) bool and the margin (0 when the batch has no positive).
+    Raises:
+        ValueError when a row is neither -1 nor 1 + m, or positives disagree on m:
+        the advantages did not come from a ``crlvr_conspo*`` estimator.
+    """
+    per_row = masked_mean(advantages, mask, dim=1)  # (B,)
+    positive = per_row > 0
+    negative_ok = torch.isclose(per_row[~positive], torch.tensor(-1.0), atol=TARGET_TOL)
+    margins = per_row[positive] - 1.0
+    if (
+        not bool(negative_ok.all())
+        or bool((margins < -TARGET_TOL).any())
+        or (margins.numel() > 0 and float(margins.max() - margins.min()) > TARGET_TOL)
+    ):
+        raise ValueError(
+            "the crlvr_conspo loss needs the targets of a crlvr_conspo or crlvr_conspo_rcc "
+            "advantage estimator (-1 or 1 + margin per row); set algorithm.adv_estimator"
+        )
+    margin = float(margins.mean().clamp(min=0.0)) if margins.numel() else 0.0
+    return positive, margin
+
+
+@dataclass
+class BiCCRows:
+    """Conditioned prompts in batch order.
+
+    Attributes:
+        prompts: B 1-D token-id tensors ``[q ; O_opposite]`` (no padding).
+        context_tokens: (B,) tokens added to each prompt (0 when not conditioned).
+    """
+
+    prompts: list[Tensor]
+    context_tokens: Tensor
+
+
+def bicc_rows(
+    prompts: Sequence[Tensor],
+    responses: Sequence[Tensor],
+    rewards: Tensor,
+    index: Sequence[Hashable],
+    template: EncodedTemplate,
+    *,
+    max_seq_len: int,
+    pad_token_id: int,
+    context_ratio: float,
+    threshold: float = 0.5,
+    truncation: Truncation = "middle",
+    strip_token_ids: Collection[int] = (),
+) -> BiCCRows:
+    """BiCC's conditioned prompt of every row of a verl batch, in batch order.
+
+    Sorts the rows into groups by ``index``, calls
+    :func:`contrastive_rlvr.algorithms.build_bicc_prompts` (which owns the
+    partition, the context budget and the truncation rule) and puts the
+    prompts back in batch order without their left padding. Rows of a group
+    of one (verl's padding rows) keep their prompt.
+
+    Args:
+        prompts, responses: B 1-D token-id tensors without padding.
+        rewards: (B,). index: B group ids.
+    """
+    out: list[Tensor] = [prompts[r].clone() for r in range(len(prompts))]
+    context_tokens = torch.zeros(len(prompts), dtype=torch.long)
+    for order, group_size in size_classes(index):
+        if group_size < 2:
+            continue
+        rows = order.tolist()
+        built = build_bicc_prompts(
+            [prompts[r].tolist() for r in rows],
+            [responses[r].tolist() for r in rows],
+            rewards[order],
+            group_size,
+            template,
+            max_seq_len=max_seq_len,
+            pad_token_id=pad_token_id,
+            context_ratio=context_ratio,
+            threshold=threshold,
+            truncation=truncation,
+            strip_token_ids=strip_token_ids,
+        )
+        for k, row in enumerate(rows):
+            out[row] = built.input_ids[k][built.attention_mask[k].bool()]
+        context_tokens[order] = built.context_tokens
+    return BiCCRows(prompts=out, context_tokens=context_tokens)
+
+
+def whole_group_order(group_partitions: Sequence[Sequence[int]], rows: Sequence[Sequence[int]]):
+    """Row order that puts the groups of partition 0 first, then partition 1, ...
+
+    Args:
+        group_partitions: for each data-parallel rank, the group numbers it gets.
+        rows: rows of each group, from :func:`group_rows`.
+    Returns:
+        a list of B row numbers; each rank's contiguous share holds whole groups.
+    """
+    return [r for part in group_partitions for g in part for r in rows[g]]
+
+
+def check_conspo_layout(
+    *,
+    group_size: int,
+    shuffle: bool,
+    use_dynamic_bsz: bool,
+    micro_batch_size_per_gpu: int | None,
+    mini_batch_size: int,
+    dp_size: int | None = None,
+) -> None:
+    """Raise ``ValueError`` unless every ConSPO micro-batch holds whole groups.
+
+    ConSPO contrasts each positive with the negatives of its own group inside
+    one loss call, so verl must not cut a group: rows stay in order
+    (``shuffle=False``), micro-batches are fixed-size chunks
+    (``use_dynamic_bsz=False``) of whole groups (``micro_batch_size_per_gpu``
+    a multiple of ``rollout.n``), and each data-parallel rank's share of a
+    mini-batch (``ppo_mini_batch_size`` prompts) is whole groups.
+
+    Args:
+        group_size: ``actor_rollout_ref.rollout.n``.
+        mini_batch_size: ``actor_rollout_ref.actor.ppo_mini_batch_size`` (prompts).
+        dp_size: data-parallel ranks of the actor, when known.
+    """
+    prefix = "actor_rollout_ref.actor"
+    if shuffle:
+        raise ValueError(f"ConSPO needs {prefix}.shuffle=False (shuffling splits groups)")
+    if use_dynamic_bsz:
+        raise ValueError(
+            f"ConSPO needs {prefix}.use_dynamic_bsz=False (token-packed micro-batches split groups)"
+        )
+    if micro_batch_size_per_gpu is None or micro_batch_size_per_gpu % group_size != 0:
+        raise ValueError(
+            f"ConSPO needs {prefix}.ppo_micro_batch_size_per_gpu to be a multiple of "
+            f"actor_rollout_ref.rollout.n={group_size}, got {micro_batch_size_per_gpu}"
+        )
+    if dp_size is not None and mini_batch_size % dp_size != 0:
+        raise ValueError(
+            f"ConSPO needs {prefix}.ppo_mini_batch_size ({mini_batch_size} prompts) to be a "
+            f"multiple of the actor's data-parallel size ({dp_size}), so that each rank gets "
+            "whole groups"
+        )

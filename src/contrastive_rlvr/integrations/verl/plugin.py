@@ -1,0 +1,19 @@
+"""verl plugin entry point: importing this module registers everything with verl.
+
+verl 0.9 imports every ``verl.plugins`` entry point at the end of ``import
+verl`` (``VERL_USE_EXTERNAL_PLUGINS``: ``auto`` loads all, ``none`` none, or a
+comma list of entry-point names such as ``contrastive_rlvr``). It swallows a
+plugin's import error into a debug log line, so when a ``crlvr_*`` name is
+reported unknown, ``import contrastive_rlvr.integrations.verl.plugin`` shows
+the real error.
+"""
+
+from __future__ import annotations
+
+from .advantages import register_estimators
+from .losses import register_policy_losses
+from .trainer import TRAINER_NAME
+
+POLICY_LOSS_NAMES = register_policy_losses()
+ESTIMATOR_NAMES = register_estimators()
+TRAINER_NAMES = [TRAINER_NAME]

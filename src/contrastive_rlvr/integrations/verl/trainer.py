@@ -1,0 +1,360 @@
+"""``crlvr_sync``: verl's synchronous v1 trainer with RCC, BiCC and whole ConSPO groups.
+
+Registered in verl's trainer registry; select it with
+``trainer.v1.trainer_mode=crlvr_sync``. It is verl's ``sync`` trainer
+(``PPOTrainerSync``) with three hooks overridden, each doing one thing:
+
+- ``_compute_advantage``: for the ``crlvr_*`` estimators that need more than
+  rewards (RCC needs the reference log-probs, ConSPO the training progress for
+  its margin), reads those fields and calls the registered estimator with
+  them; every other estimator goes to verl's own path unchanged.
+- ``_update_actor``: with ``policy_loss.bicc=True``, rewrites each row's
+  prompt to BiCC's ``[q ; O_opposite]`` (and, in the ``consistent`` ratio
+  mode, recomputes the old log-probs on it) for the duration of the update,
+  then puts the plain rows back. The old and reference log-probs of the
+  ``paper`` mode, the RCC delta and the logged metrics all see the plain prompt.
+- ``_balance_batch``: with ConSPO, balances whole groups over the data-parallel
+  ranks (verl balances rows, which splits groups), after checking the settings
+  that keep every micro-batch made of whole groups.
+
+Not supported with these features: multi-modal rows (BiCC rebuilds 1-D
+position ids), multi-output agent loops (one row per session), rewards with
+an in-reward KL penalty (``algorithm.use_kl_in_reward``) for the RCC/ConSPO
+estimators, rollout-correction weights with the ``crlvr_*`` losses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.utils import need_reference_policy
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.seqlen_balancing import (
+    calculate_workload,
+    get_seqlen_balanced_partitions,
+    log_seqlen_unbalance,
+)
+from verl.workers.utils.padding import response_to_nested
+
+from ...algorithms import BiCCTemplate, collapse_rate
+from .advantages import ESTIMATORS, EstimatorSpec
+from .config import CrlvrPolicyLossConfig
+from .groups import bicc_rows, check_conspo_layout, group_rows, whole_group_order
+from .losses import CONSPO_LOSS
+
+TRAINER_NAME = "crlvr_sync"
+
+
+def group_id(key: str) -> str:
+    """The prompt uid of a TransferQueue key ``{uid}_{session_id}_{index}``."""
+    parts = key.rsplit("_", 2)
+    if len(parts) != 3:
+        raise ValueError(f"unexpected TransferQueue key {key!r}; expected uid_session_index")
+    return parts[0]
+
+
+def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
+    """The contrastive-rlvr hyperparameters of a verl config (defaults when not selected)."""
+    loss_cfg = omega_conf_to_dataclass(config.actor_rollout_ref.actor.policy_loss)
+    return loss_cfg if isinstance(loss_cfg, CrlvrPolicyLossConfig) else CrlvrPolicyLossConfig()
+
+
+def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
+    """Validate a verl config for ``crlvr_sync``; return our hyperparameters.
+
+    Raises ``ValueError`` naming the setting when ConSPO's loss and estimator
+    are not paired, when RCC has no reference policy, when ConSPO's micro-batches
+    could split a group, or when BiCC's consistent mode meets rollout bypass mode.
+    """
+    actor = config.actor_rollout_ref.actor
+    loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
+    estimator = ESTIMATORS.get(config.algorithm.adv_estimator)
+    is_target = str(actor.policy_loss.get("_target_", "")).endswith("CrlvrPolicyLossConfig")
+    contrastive = estimator is not None and estimator.contrastive
+    if (loss_mode == CONSPO_LOSS) != contrastive:
+        raise ValueError(
+            f"policy_loss.loss_mode={loss_mode!r} and algorithm.adv_estimator="
+            f"{config.algorithm.adv_estimator!r} do not pair: the {CONSPO_LOSS} loss needs "
+            "the crlvr_conspo or crlvr_conspo_rcc estimator and vice versa"
+        )
+    if loss_mode == CONSPO_LOSS and not is_target:
+        raise ValueError(
+            f"{CONSPO_LOSS} needs actor_rollout_ref.actor.policy_loss._target_="
+            "contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig"
+        )
+    if estimator is not None and estimator.needs_ref and not need_reference_policy(config):
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator.name!r} needs the reference log-probs: set "
+            "actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef may be 0)"
+        )
+    if estimator is not None and (estimator.needs_ref or contrastive):
+        if config.algorithm.get("use_kl_in_reward", False):
+            raise ValueError(
+                f"algorithm.adv_estimator={estimator.name!r} does not support "
+                "algorithm.use_kl_in_reward=True; use actor.use_kl_loss for the KL term"
+            )
+    if contrastive:
+        check_conspo_layout(
+            group_size=int(config.actor_rollout_ref.rollout.n),
+            shuffle=bool(actor.get("shuffle", False)),
+            use_dynamic_bsz=bool(actor.get("use_dynamic_bsz", False)),
+            micro_batch_size_per_gpu=actor.get("ppo_micro_batch_size_per_gpu"),
+            mini_batch_size=int(actor.ppo_mini_batch_size),
+        )
+    options = crlvr_options(config)
+    if options.bicc and options.bicc_ratio == "consistent":
+        correction = config.algorithm.get("rollout_correction", None)
+        if correction is not None and correction.get("bypass_mode", False):
+            raise ValueError(
+                "policy_loss.bicc_ratio='consistent' recomputes the old log-probs on the "
+                "conditioned prompt; it cannot run with algorithm.rollout_correction.bypass_mode"
+            )
+    return options
+
+
+@register_trainer(TRAINER_NAME)
+class CrlvrTrainer(PPOTrainerSync):
+    """verl's sync trainer plus RCC inputs, BiCC rewriting and group-preserving balance.
+
+    Overrides ``__init__`` (validation), ``_compute_advantage``, ``_update_actor``
+    and ``_balance_batch`` (see the module docstring), and ``trainer_mode``.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        self.crlvr = check_settings(config)
+        super().__init__(config)
+
+    @property
+    def trainer_mode(self) -> str:
+        """verl compares the mode with ``"sync"`` to pick the replay buffer, refill and
+        checkpoint behaviour; this trainer is the sync one under another registry name."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        # PPOTrainer.__init__ assigns config.trainer.v1.trainer_mode, the registry name.
+        if value not in (TRAINER_NAME, "sync"):
+            raise ValueError(
+                f"{type(self).__name__} is the {TRAINER_NAME!r} trainer, not {value!r}"
+            )
+
+    @property
+    def _estimator(self) -> EstimatorSpec | None:
+        return ESTIMATORS.get(self.config.algorithm.adv_estimator)
+
+    @property
+    def _conspo(self) -> bool:
+        spec = self._estimator
+        return spec is not None and spec.contrastive
+
+    # ------------------------------------------------------------------ advantages
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        spec = self._estimator
+        if spec is None or not (spec.needs_ref or spec.contrastive):
+            return super()._compute_advantage(batch, metrics)
+        fields = ["response_mask", "rm_scores", "old_log_probs"]
+        if spec.needs_ref:
+            fields.append("ref_log_prob")
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        nested_mask = data["response_mask"]
+        padded = data.to_padded_tensor()
+        index = [group_id(k) for k in batch.keys]
+        adv, returns = spec.fn(
+            token_level_rewards=padded["rm_scores"],
+            response_mask=padded["response_mask"],
+            index=index,
+            **self._estimator_kwargs(spec, padded),
+        )
+        rewards = padded["rm_scores"].sum(-1)
+        metrics["crlvr/collapse_rate"] = _collapse_rate(rewards, index)
+        out = TensorDict(
+            {
+                "advantages": response_to_nested(adv, nested_mask),
+                "returns": response_to_nested(returns, nested_mask),
+            },
+            batch_size=len(batch),
+        )
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+        return batch
+
+    def _estimator_kwargs(self, spec: EstimatorSpec, padded: TensorDict) -> dict[str, Any]:
+        """The extra inputs of a ``crlvr_*`` estimator, from the batch and our config."""
+        opts = self.crlvr
+        kwargs: dict[str, Any] = {}
+        if spec.needs_ref:
+            kwargs.update(
+                old_log_probs=padded["old_log_probs"],
+                ref_log_prob=padded["ref_log_prob"],
+                rcc_coef=opts.rcc_coef,
+                rcc_delta=opts.rcc_delta,
+            )
+        if spec.contrastive:
+            kwargs.update(
+                progress=self._progress(),
+                max_margin=opts.max_margin,
+                margin_warmup=opts.margin_warmup,
+                threshold=opts.threshold,
+            )
+        else:
+            kwargs["eps"] = opts.adv_eps
+        return kwargs
+
+    def _progress(self) -> float:
+        """Training progress in [0, 1]: steps done / total steps (verl counts from 1)."""
+        total = max(int(getattr(self, "total_training_steps", 0) or 0), 1)
+        return min(max(self.global_steps - 1, 0) / total, 1.0)
+
+    # ------------------------------------------------------------------ BiCC
+
+    def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        if not self.crlvr.bicc:
+            return super()._update_actor(batch, metrics)
+        plain = self._condition_on_opposite(batch, metrics)
+        try:
+            if self.crlvr.bicc_ratio == "consistent":
+                # The recomputation's own entropy metric would describe the conditioned
+                # prompts; the step keeps the one of the plain rollout.
+                self._compute_old_log_prob(batch, metrics={})
+            return super()._update_actor(batch, metrics)
+        finally:
+            self._restore(batch, plain)
+
+    def _condition_on_opposite(self, batch: KVBatchMeta, metrics: dict) -> dict[str, Any]:
+        """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the plain rows."""
+        fields = ["prompts", "responses", "input_ids", "position_ids", "rm_scores"]
+        if self.crlvr.bicc_ratio == "consistent":
+            fields.append("old_log_probs")
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        prompts = list(data["prompts"].unbind())
+        responses = list(data["responses"].unbind())
+        if any(p.dim() != 1 for p in data["position_ids"].unbind()):
+            raise ValueError("BiCC on verl supports text-only rows (1-D position ids)")
+        rewards = torch.stack([r.sum() for r in data["rm_scores"].unbind()]).float()
+        tokenizer = self.tokenizer
+        group_size = int(self.config.actor_rollout_ref.rollout.n)
+        template = BiCCTemplate().encode(
+            lambda text: tokenizer.encode(text, add_special_tokens=False), group_size
+        )
+        strip = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
+        rows = bicc_rows(
+            prompts,
+            responses,
+            rewards,
+            [group_id(k) for k in batch.keys],
+            template,
+            max_seq_len=int(self.config.data.max_prompt_length)
+            + int(self.config.data.max_response_length),
+            pad_token_id=tokenizer.pad_token_id,
+            context_ratio=self.crlvr.bicc_context_ratio,
+            threshold=self.crlvr.threshold,
+            truncation=self.crlvr.bicc_truncation,
+            strip_token_ids=strip,
+        )
+        plain = {
+            "fields": data.select(*[f for f in fields if f not in ("responses", "rm_scores")]),
+            "tags": [dict(tag) for tag in batch.tags],
+        }
+        self._put_rows(batch, rows.prompts, responses)
+        metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
+        metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()
+        return plain
+
+    def _put_rows(self, batch: KVBatchMeta, prompts: list[torch.Tensor], responses: list) -> None:
+        """Write prompts, input ids, position ids and length tags of every row."""
+        input_ids = [torch.cat([p, r]) for p, r in zip(prompts, responses, strict=True)]
+        fields = TensorDict(
+            {
+                "prompts": _nested(prompts),
+                "input_ids": _nested(input_ids),
+                "position_ids": _nested([torch.arange(len(x)) for x in input_ids]),
+            },
+            batch_size=len(batch),
+        )
+        for tag, p, x in zip(batch.tags, prompts, input_ids, strict=True):
+            tag.update(prompt_len=len(p), seq_len=len(x))
+        tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=fields, tags=batch.tags
+        )
+
+    def _restore(self, batch: KVBatchMeta, plain: dict[str, Any]) -> None:
+        for tag, saved in zip(batch.tags, plain["tags"], strict=True):
+            tag.clear()
+            tag.update(saved)
+        tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=plain["fields"],
+            tags=batch.tags,
+        )
+
+    # ------------------------------------------------------------------ ConSPO groups
+
+    def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        if not self._conspo:
+            return super()._balance_batch(batch, metrics, logging_prefix, keep_minibatch)
+        dp_size = self._actor_dp_size()
+        actor = self.config.actor_rollout_ref.actor
+        group_size = int(self.config.actor_rollout_ref.rollout.n)
+        check_conspo_layout(
+            group_size=group_size,
+            shuffle=bool(actor.get("shuffle", False)),
+            use_dynamic_bsz=bool(actor.get("use_dynamic_bsz", False)),
+            micro_batch_size_per_gpu=actor.get("ppo_micro_batch_size_per_gpu"),
+            mini_batch_size=int(actor.ppo_mini_batch_size),
+            dp_size=dp_size,
+        )
+        multiple = self._get_required_batch_multiple(dp_size)
+        if len(batch) % multiple != 0:
+            raise ValueError(
+                f"ConSPO: the batch has {len(batch)} rows, not a multiple of {multiple}; verl "
+                "would pad it with rows that split groups. Make data.train_batch_size a "
+                "multiple of actor.ppo_mini_batch_size and of the data-parallel size"
+            )
+        rows = group_rows([group_id(k) for k in batch.keys])
+        if any(len(r) != group_size for r in rows) or len(rows) % dp_size != 0:
+            raise ValueError(
+                f"ConSPO needs {len(batch)} rows to form whole groups of rollout.n={group_size} "
+                f"in a number divisible by the data-parallel size {dp_size}; got group sizes "
+                f"{sorted({len(r) for r in rows})} and {len(rows)} groups"
+            )
+        seqlen = torch.tensor([tag["seq_len"] for tag in batch.tags], dtype=torch.int64)
+        workload = calculate_workload(seqlen)
+        group_work = [int(workload[r].sum()) for r in rows]
+        parts = get_seqlen_balanced_partitions(group_work, k_partitions=dp_size, equal_size=True)
+        batch.reorder(whole_group_order(parts, rows))
+        group_len = [int(seqlen[r].sum()) for r in rows]
+        metrics.update(
+            log_seqlen_unbalance(seqlen_list=group_len, partitions=parts, prefix=logging_prefix)
+        )
+        return batch
+
+    def _actor_dp_size(self) -> int:
+        """Data-parallel size of the actor, as verl's ``_balance_batch`` finds it."""
+        worker_group = self.actor_rollout_wg
+        if "actor" not in worker_group._dispatch_info:
+            worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
+        return max(worker_group._dispatch_info["actor"]) + 1
+
+
+def _nested(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def _collapse_rate(rewards: torch.Tensor, index: list[str]) -> float:
+    """Share of groups (of two or more rows) whose rewards are all equal (no gradient)."""
+    rows = [r for r in group_rows(index) if len(r) > 1]
+    if not rows:
+        return 0.0
+    return sum(float(collapse_rate(rewards[r], len(r))) for r in rows) / len(rows)
