@@ -15,7 +15,21 @@ from typing import Literal
 import torch
 from trl import GRPOConfig
 
-from ..algorithms import AGG_MODES, BICC_RATIO_MODES, RECIPES, BiCCTemplate, get_recipe
+from ..algorithms import (
+    AGG_MODES,
+    BICC_RATIO_MODES,
+    FACTOR_NORMS,
+    OC_MAX_WEIGHT,
+    OC_MIX_MODES,
+    OC_WEIGHT_LEVELS,
+    PROCESS_NORMS,
+    RECIPES,
+    STEP_RULES,
+    BiCCTemplate,
+    check_seed_method_compat,
+    get_recipe,
+)
+from ..algorithms.ocgrpo import DEFAULT_HINT_TEMPLATE
 
 _TEMPLATE = BiCCTemplate()
 
@@ -79,6 +93,28 @@ class RLVRConfig(GRPOConfig):
     torch_threads: int = field(
         default=1,
         metadata={"help": "torch intra-op threads on CPU (1 is fastest on shared cores)."},
+    )
+    diagnostics_every: int = field(
+        default=25,
+        metadata={
+            "help": "At step 1, every this many steps and the last step: gradient variance with "
+            "and without the RCC baseline and the ratio margin of correct vs wrong completions "
+            "(docs/metrics.md). 0: off."
+        },
+    )
+    diagnostics_directions: int = field(
+        default=4,
+        metadata={
+            "help": "Random directions the gradient-variance estimate projects on (memory: this "
+            "many copies of the parameters)."
+        },
+    )
+    deltas_every: int = field(
+        default=5,
+        metadata={
+            "help": "At step 1, every this many steps and the last step: write each completion's "
+            "reward, delta and advantage to deltas.jsonl. 0: off."
+        },
     )
 
     # ------------------------------------------------------------------ recipe
@@ -214,6 +250,98 @@ class RLVRConfig(GRPOConfig):
         },
     )
 
+    # ------------------------------------------------------------------ seed methods
+    verigate: bool = field(
+        default=False,
+        metadata={
+            "help": "VeriGate: groups whose verifier rewards are all equal get token-level "
+            "advantages from process (step) scores (docs/seed-methods.md)."
+        },
+    )
+    verigate_step_rule: Literal["lines", "chain", "regex"] = field(
+        default="lines",
+        metadata={
+            "help": "How a completion is split into steps: 'lines', 'chain' (pieces between "
+            "',' and newlines: the embedded task's worked chains) or 'regex' "
+            "(verigate_step_pattern)."
+        },
+    )
+    verigate_step_pattern: str | None = field(
+        default=None, metadata={"help": "Regular expression of one step, for rule 'regex'."}
+    )
+    verigate_scorer: str = field(
+        default="arithmetic",
+        metadata={
+            "help": "Process scorer: 'arithmetic' (exact step checker), the directory of a local "
+            "Hugging Face sequence-classification PRM, or 'module:function' / 'file.py:function' "
+            "of a callable (prompt, steps) -> one score per step."
+        },
+    )
+    verigate_process_norm: Literal["cumulated", "steps"] = field(
+        default="cumulated",
+        metadata={
+            "help": "'cumulated': normalise the future-cumulated step scores over the group; "
+            "'steps': normalise the step scores, then cumulate."
+        },
+    )
+    reco: bool = field(
+        default=False,
+        metadata={
+            "help": "ReCo: occurrence-weighted responses and a variance factor in place of the "
+            "token ratio (docs/seed-methods.md)."
+        },
+    )
+    reco_identity: Literal["tokens", "answer"] = field(
+        default="tokens",
+        metadata={
+            "help": "Which completions count as the same response: 'tokens' (same token ids) or "
+            "'answer' (same extracted final answer; completions without one by token ids)."
+        },
+    )
+    reco_factor_norm: Literal["mean", "max"] = field(
+        default="mean",
+        metadata={
+            "help": "Normaliser Z of the factor p(1-p)/Z: 'mean' (the batch's mean p(1-p)) or "
+            "'max' (1/4)."
+        },
+    )
+    oc_grpo: bool = field(
+        default=False,
+        metadata={
+            "help": "OC-GRPO: groups with no correct completion are sampled again with a prefix "
+            "of the reference solution in the prompt and trained toward the unguided prompt."
+        },
+    )
+    oc_hint_fraction: float = field(
+        default=0.5, metadata={"help": "Share of the reference solution given as the hint, [0, 1]."}
+    )
+    oc_hint_unit: Literal["chars", "words"] = field(
+        default="chars", metadata={"help": "Unit the hint fraction counts: 'chars' or 'words'."}
+    )
+    oc_hint_template: str = field(
+        default=DEFAULT_HINT_TEMPLATE,
+        metadata={"help": "The guided prompt, with {hint} and {prompt}."},
+    )
+    oc_max_weight: float = field(
+        default=OC_MAX_WEIGHT,
+        metadata={"help": "W, the truncation of pi_theta(o|q) / pi_old(o|q,hint)."},
+    )
+    oc_weight_level: Literal["token", "sequence", "geometric"] = field(
+        default="token",
+        metadata={"help": "Importance weight per 'token', per 'sequence' or 'geometric' mean."},
+    )
+    oc_merge: Literal["replace", "append"] = field(
+        default="replace",
+        metadata={
+            "help": "A rescued guided group 'replace's its all-fail group or is 'append'ed to the "
+            "batch (single process only)."
+        },
+    )
+    oc_solution_column: str = field(
+        default="solution",
+        metadata={"help": "Dataset column holding the reference solution the hint is cut from."},
+    )
+
     def __post_init__(self) -> None:
         self._validate_project_fields()
         recipe = get_recipe(self.recipe)
@@ -221,6 +349,7 @@ class RLVRConfig(GRPOConfig):
             self.beta = recipe.beta
         if self.dynamic_sampling is None:
             self.dynamic_sampling = recipe.dynamic_sampling
+        self._validate_seed_methods()
         if self.overlong_punishment is None:
             self.overlong_punishment = recipe.overlong_punishment
         if self.overlong_punishment and self.overlong_cache_len is None:
@@ -296,6 +425,14 @@ class RLVRConfig(GRPOConfig):
         )
         _check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         _check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
+        for name in ("diagnostics_every", "deltas_every"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0 (0: off)")
+        _check(
+            self.diagnostics_directions >= 1,
+            "diagnostics_directions",
+            self.diagnostics_directions,
+            "must be >= 1",
+        )
         g = self.num_generations
         _check(
             g is None or g >= 2,

@@ -15,6 +15,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .callbacks import MetricsJsonl, RichProgress
 from .config import RLVRConfig
+from .diagnostics import diagnostics_callback
 from .rlvr_trainer import RLVRTrainer
 
 SFT_DIR = "sft-model"
@@ -102,6 +103,9 @@ def train(
         processing_class=parts["tokenizer"],
         callbacks=[MetricsJsonl(out), *(extra_callbacks or [])],
     )
+    diagnostics = diagnostics_callback(trainer, out)
+    if diagnostics is not None:
+        trainer.add_callback(diagnostics)
     # The rich bar replaces HF's tqdm bar and its printing of every log dict.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)

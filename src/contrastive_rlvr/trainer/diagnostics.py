@@ -1,0 +1,294 @@
+"""Training diagnostics of the BiCC paper, recorded every few steps (docs/metrics.md).
+
+- ``deltas.jsonl``: the reward, delta and advantage of every completion of the
+  step's batch, enough to draw the delta distributions of correct and wrong
+  completions (the paper's Figures 2 and 4).
+- ``diag/grad_var_plain``, ``diag/grad_var_rcc``, ``diag/grad_var_ratio``: a
+  gradient-variance estimate with the plain group baseline and with the RCC
+  baseline, on the same batch and the same random directions (RCC's claim:
+  lower variance).
+- ``diag/ratio_margin`` (and ``diag/ratio_correct``, ``diag/ratio_wrong``): how
+  much one update raised the sequence ratio of the correct completions over
+  that of the wrong ones (the contrastive reading of GRPO).
+
+Everything here runs only on the chosen steps and only in a no-grad forward,
+except the per-row gradients of the variance estimate; see
+:class:`TrainingDiagnostics` for the cost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from ..algorithms import recipe_advantages, sequence_delta
+from ..algorithms.ops import Tensor, masked_mean
+
+DELTAS_FILE = "deltas.jsonl"
+
+
+def random_directions(
+    params: Sequence[torch.nn.Parameter], num: int, seed: int
+) -> list[list[Tensor]]:
+    """``num`` random unit directions in parameter space, fixed by ``seed``.
+
+    Each direction is a standard normal vector over all parameters, scaled to
+    unit Euclidean norm (so it is uniform on the sphere of dimension P).
+
+    Returns:
+        ``num`` lists of tensors shaped like ``params``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    directions = []
+    for _ in range(num):
+        parts = [torch.randn(p.shape, generator=gen, dtype=torch.float32) for p in params]
+        norm = torch.sqrt(sum((x * x).sum() for x in parts))
+        directions.append(
+            [(x / norm).to(p.device, p.dtype) for x, p in zip(parts, params, strict=True)]
+        )
+    return directions
+
+
+def projected_gradients(
+    scores: Sequence[Tensor],
+    params: Sequence[torch.nn.Parameter],
+    directions: Sequence[Sequence[Tensor]],
+) -> Tensor:
+    """``u[i, k] = v_k . grad_theta s_i``: each score's gradient projected on each direction.
+
+    Uses ``torch.autograd.grad``, so the parameters' ``.grad`` is left alone.
+
+    Args:
+        scores: B scalar tensors with a graph to ``params`` (one per row).
+        params: the P-dimensional parameter list, in the order of each direction.
+        directions: K directions from :func:`random_directions`.
+    Returns:
+        (B, K) projections.
+    """
+    out = torch.zeros(len(scores), len(directions))
+    for i, score in enumerate(scores):
+        grads = torch.autograd.grad(score, list(params), allow_unused=True)
+        for k, direction in enumerate(directions):
+            out[i, k] = sum(
+                (g.float() * v.float()).sum()
+                for g, v in zip(grads, direction, strict=True)
+                if g is not None
+            )
+    return out
+
+
+def group_gradient_variance(advantages: Tensor, projections: Tensor, group_size: int) -> Tensor:
+    """Variance across groups of the projected policy-gradient contributions.
+
+    ``c[g, k] = sum_{i in g} A_i * u[i, k]`` is group g's contribution to
+    ``sum_i A_i grad s_i`` (the on-policy policy gradient up to the factor
+    -1/B) projected on direction k; the estimate is
+    ``mean_k Var_g(c[:, k])`` with the unbiased variance (divide by
+    n_groups - 1). With unit directions uniform on the sphere its expectation
+    is ``tr(Cov_g(c_g)) / P``.
+
+    Args:
+        advantages: (B,). projections: (B, K) from :func:`projected_gradients`.
+    Returns:
+        0-dim tensor.
+    """
+    if projections.shape[0] != advantages.shape[0]:
+        raise ValueError(
+            f"projections has {projections.shape[0]} rows but advantages has {advantages.shape[0]}"
+        )
+    if advantages.shape[0] % group_size or advantages.shape[0] // group_size < 2:
+        raise ValueError(
+            f"group_gradient_variance needs at least 2 whole groups of {group_size} rows, "
+            f"got {advantages.shape[0]} rows"
+        )
+    weighted = advantages.to(projections.dtype).unsqueeze(1) * projections  # (B, K)
+    contributions = weighted.view(-1, group_size, projections.shape[1]).sum(1)  # (B/G, K)
+    return contributions.var(dim=0, unbiased=True).mean()
+
+
+def ratio_margin(
+    logp_after: Tensor, logp_before: Tensor, mask: Tensor, correct: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Mean sequence ratio of the correct minus that of the wrong completions.
+
+    ``r_i = exp(mean_t(logp_after - logp_before))`` (the GSPO-style sequence
+    ratio of one update); returns ``(mean_correct r - mean_wrong r,
+    mean_correct r, mean_wrong r)``, or None when one side is empty.
+
+    Args:
+        logp_after, logp_before, mask: (B, T). correct: (B,) bool.
+    """
+    if not correct.any() or correct.all():
+        return None
+    ratio = torch.exp(sequence_delta(logp_after, logp_before, mask, reduce="mean"))
+    pos, neg = ratio[correct].mean(), ratio[~correct].mean()
+    return pos - neg, pos, neg
+
+
+def _chosen(step: int, every: int, max_steps: int) -> bool:
+    """Step 1, every ``every``-th step and the last step (``every`` 0: never)."""
+    return every > 0 and (step == 1 or step % every == 0 or step == max_steps)
+
+
+class TrainingDiagnostics(TrainerCallback):
+    """Records the diagnostics of the module docstring on the chosen steps.
+
+    On a chosen step (step 1, every ``diagnostics_every``-th step and the last
+    one), with the local rows of the step's generation batch
+    (``trainer.last_generation_batch``, the batch the update is computed on):
+
+    - before the optimizer step (weights = those that sampled the batch when
+      training is on-policy): per-row scores ``s_i = mean_t log pi(o_i,t)`` on
+      the prompts the loss uses (BiCC-conditioned when BiCC is on), one
+      forward and backward per row, projected on ``diagnostics_directions``
+      fixed random directions (seeded with ``seed``); the variance estimate
+      with the recipe's advantages without delta (plain baseline) and with
+      delta (RCC baseline, ``rcc_coef``), delta from the frozen reference as
+      logged in ``trainer.last_batch_stats``. Skipped for ConSPO (no
+      advantages) and when no delta is logged. Also the per-token log-probs
+      on the plain prompts (no grad);
+    - after the optimizer step: the same log-probs again, and the ratio margin.
+
+    Cost on a chosen step: B single-row forwards and backwards plus two no-grad
+    batch forwards; memory: ``diagnostics_directions`` x P floats for the
+    directions. Every ``deltas_every``-th step, a line of ``deltas.jsonl``
+    (free: the values are already computed).
+    """
+
+    def __init__(self, trainer, output_dir: str | Path) -> None:  # noqa: ANN001
+        self.trainer = trainer
+        self.path = Path(output_dir) / DELTAS_FILE
+        self._directions: list[list[Tensor]] | None = None
+        self._before: Tensor | None = None
+
+    # ------------------------------------------------------------------ callback hooks
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # On resume, drop lines of steps after the checkpoint (as metrics.jsonl does).
+        if state.is_world_process_zero and self.path.exists():
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line)["step"] <= state.global_step
+            ]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        return control
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        step = state.global_step + 1
+        self._before = None
+        if not _chosen(step, args.diagnostics_every, state.max_steps):
+            return control
+        batch = getattr(self.trainer, "last_generation_batch", None)
+        if batch is None:
+            return control
+        model = self._model()
+        with torch.no_grad():
+            self._before = self._plain_logps(model, batch)
+        self._log_gradient_variance(model, batch)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if self._before is not None:
+            self._log_ratio_margin(self.trainer.last_generation_batch)
+            self._before = None
+        if _chosen(step, args.deltas_every, state.max_steps) and state.is_world_process_zero:
+            self._write_deltas(step)
+        return control
+
+    # ------------------------------------------------------------------ pieces
+
+    def _model(self) -> torch.nn.Module:
+        return self.trainer.accelerator.unwrap_model(self.trainer.model)
+
+    def _plain_logps(self, model, batch) -> Tensor:  # noqa: ANN001
+        return self.trainer._logps(
+            model,
+            batch["prompt_ids"],
+            batch["prompt_mask"],
+            batch["completion_ids"],
+            batch["completion_mask"],
+        )
+
+    def _local_delta(self, num_rows: int) -> Tensor | None:
+        delta = self.trainer.last_batch_stats.get("delta")
+        if delta is None:
+            return None
+        return delta[self.trainer._process_rows(num_rows)]
+
+    def _log_gradient_variance(self, model, batch) -> None:  # noqa: ANN001
+        trainer, cfg = self.trainer, self.trainer.args
+        g = trainer.num_generations
+        rewards = batch["rewards"].detach().float().cpu()
+        delta = self._local_delta(rewards.shape[0])
+        if trainer.recipe.objective != "policy" or delta is None:
+            return
+        if rewards.shape[0] % g or rewards.shape[0] // g < 2:
+            return  # needs at least two whole groups on this process
+        params = [p for p in model.parameters() if p.requires_grad]
+        if self._directions is None:
+            self._directions = random_directions(params, cfg.diagnostics_directions, cfg.seed)
+        prompt = ("prompt_ids", "prompt_mask")
+        if cfg.bicc:
+            prompt = ("bicc_prompt_ids", "bicc_prompt_mask")
+        mask = batch["completion_mask"]
+        scores = []
+        with torch.enable_grad():
+            for i in range(rewards.shape[0]):
+                rows = slice(i, i + 1)
+                logp = trainer._logps(
+                    model,
+                    batch[prompt[0]][rows],
+                    batch[prompt[1]][rows],
+                    batch["completion_ids"][rows],
+                    mask[rows],
+                )
+                scores.append(masked_mean(logp, mask[rows].to(logp.dtype)))
+            u = projected_gradients(scores, params, self._directions)
+        plain = recipe_advantages(trainer.recipe, rewards, g, eps=cfg.adv_eps)
+        rcc = recipe_advantages(
+            trainer.recipe, rewards, g, delta=delta.float(), rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps
+        )
+        var_plain = group_gradient_variance(plain, u, g)
+        var_rcc = group_gradient_variance(rcc, u, g)
+        trainer._log("train", "diag/grad_var_plain", var_plain)
+        trainer._log("train", "diag/grad_var_rcc", var_rcc)
+        if var_plain > 0:
+            trainer._log("train", "diag/grad_var_ratio", var_rcc / var_plain)
+
+    def _log_ratio_margin(self, batch) -> None:  # noqa: ANN001
+        trainer = self.trainer
+        with torch.no_grad():
+            after = self._plain_logps(self._model(), batch)
+        correct = batch["rewards"] > trainer.args.reward_threshold
+        mask = batch["completion_mask"].to(after.dtype)
+        result = ratio_margin(after.float(), self._before.float(), mask, correct)
+        if result is not None:
+            margin, pos, neg = result
+            trainer._log("train", "diag/ratio_margin", margin)
+            trainer._log("train", "diag/ratio_correct", pos)
+            trainer._log("train", "diag/ratio_wrong", neg)
+
+    def _write_deltas(self, step: int) -> None:
+        stats = self.trainer.last_batch_stats
+        if "rewards" not in stats:
+            return
+        row = {"step": step, "group_size": self.trainer.num_generations}
+        for key in ("rewards", "delta", "advantages"):
+            if key in stats:
+                row[key] = [round(float(x), 6) for x in stats[key].tolist()]
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def diagnostics_callback(trainer, output_dir: str | Path) -> TrainingDiagnostics | None:  # noqa: ANN001
+    """The diagnostics callback for ``trainer``, or None when both switches are 0."""
+    cfg = trainer.args
+    if cfg.diagnostics_every <= 0 and cfg.deltas_every <= 0:
+        return None
+    return TrainingDiagnostics(trainer, output_dir)
