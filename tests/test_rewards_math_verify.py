@@ -168,6 +168,22 @@ def test_hung_worker_is_killed_at_the_deadline(reward):
     assert set(reward.worker_pids).isdisjoint(pids)
 
 
+def test_interrupted_call_leaves_no_stale_replies(monkeypatch):
+    with MathVerifyReward(timeout=2, workers=1) as r:
+        pool = r._pool
+
+        def interrupt(results):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(pool, "_collect", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                r(None, [boxed("1")], answer=["1"])  # sent to the worker, then interrupted
+        # The worker's late "correct" for that answer must not become this call's result.
+        assert r(None, [boxed("2")], answer=["3"]) == [0.0]
+        assert pool.events["interrupted"] == 1
+
+
 def test_stats_count_every_completion():
     with MathVerifyReward(timeout=2, workers=1) as r:
         r(None, [boxed("1"), boxed("1"), boxed("2"), "none", boxed("\\text{}")], answer=["1"] * 5)

@@ -60,7 +60,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         ),
         BenchmarkSpec(
             "aime24", "aime24.jsonl", 30, "problem", "answer", "plain", "id",
-            "math-ai/aime24", None, "test",
+            "HuggingFaceH4/aime_2024", None, "train",
         ),
         BenchmarkSpec(
             "aime25", "aime25.jsonl", 30, "problem", "answer", "plain", "id",
@@ -116,12 +116,14 @@ def load_benchmark(
                 f"benchmark {name!r}: {where} not found and HF_HUB_OFFLINE is set; "
                 f"point {ENV_VAR} (or --benchmarks-dir) at a folder holding {spec.filename}"
             )
+    hub = source == spec.hub_id
     loaded = load_prompts(
         source,
-        prompt_field=spec.prompt_field,
-        answer_field=spec.answer_field,
+        # Hub copies name their fields differently from the local files: detect them.
+        prompt_field=None if hub else spec.prompt_field,
+        answer_field=None if hub else spec.answer_field,
         answer_format=spec.answer_format,
-        id_field=spec.id_field if source != spec.hub_id else None,
+        id_field=None if hub else spec.id_field,
         split=split,
         hub_config=config,
         limit=limit,

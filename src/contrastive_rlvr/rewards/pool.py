@@ -130,9 +130,17 @@ class VerifierPool:
         self.start()
         results: list[str | None] = [None] * len(pairs)
         pending = deque(range(len(pairs)))
-        while pending or any(w.task is not None for w in self._workers):
-            self._dispatch(pairs, pending)
-            self._collect(results)
+        try:
+            while pending or any(w.task is not None for w in self._workers):
+                self._dispatch(pairs, pending)
+                self._collect(results)
+        except BaseException:
+            # Interrupted (e.g. Ctrl-C): a busy worker's late reply would be
+            # taken for an answer of the next call, so replace busy workers.
+            for k, w in enumerate(self._workers):
+                if w.task is not None:
+                    self._replace(k, "interrupted")
+            raise
         return [r if r is not None else CRASHED for r in results]  # every slot is set
 
     def _dispatch(self, pairs: Sequence[tuple[str, str]], pending: deque[int]) -> None:
