@@ -202,6 +202,12 @@ def test_stats_count_every_completion():
 
 def test_trl_compatibility_name_pickle_and_errors(reward):
     assert reward.__name__ == "math_verify"
+    # GRPOTrainer passes these keywords plus every dataset column.
+    out = reward(
+        prompts=["p"], completions=[boxed("2")], completion_ids=[[1, 2]], trainer_state=None,
+        answer=["2"], id=["x"],
+    )  # fmt: skip
+    assert out == [1.0]
     copy = pickle.loads(pickle.dumps(reward))
     assert copy.timeout == TIMEOUT and copy.worker_pids == []
     with pytest.raises(ValueError, match="'answer' column"):
