@@ -77,8 +77,13 @@ def _check_prompt(value: Any, field: str, where: str) -> str | list[dict[str, st
         if not value.strip():
             raise ValueError(f"{where}: field {field!r} is empty")
         return value
-    if isinstance(value, list) and value and all(
-        isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m for m in value
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m
+            for m in value
+        )
     ):
         return [{"role": str(m["role"]), "content": m["content"]} for m in value]
     raise ValueError(
