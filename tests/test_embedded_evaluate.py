@@ -6,6 +6,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import json  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
@@ -124,5 +126,6 @@ def test_build_embedded_default_saves_and_reloads(tmp_path):
     ids = back_tok(["5+9+3="], return_tensors="pt")["input_ids"]
     model.eval()
     assert torch.equal(model(input_ids=ids).logits, back(input_ids=ids).logits)
-    assert (tmp_path / "embedded_settings.json").is_file()
+    saved = json.loads((tmp_path / "embedded_settings.json").read_text())
+    assert (saved["seed"], saved["sft"]["seed"], saved["sft_steps_run"]) == (3, 3, 2)
     assert (tmp_path / "heldout.jsonl").is_file()

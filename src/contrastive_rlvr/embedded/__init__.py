@@ -66,7 +66,8 @@ class EmbeddedSettings:
             the same across run seeds, so runs with different seeds compare
             on the same problems.
         model: the model's size.
-        sft: the warm start; its ``seed`` is replaced by ``seed`` above.
+        sft: the warm start; :func:`build_embedded_default` runs it with
+            ``seed`` above in place of its own.
         bicc_phrases: give the default BiCC template's framing pieces one
             token each (:func:`~.tokenizer.bicc_phrases`), so that BiCC's
             context budget goes to the attempts rather than to the framing
@@ -119,6 +120,8 @@ def build_embedded_default(
     s = settings or EmbeddedSettings()
     if seed is not None:
         s = dataclasses.replace(s, seed=seed)
+    # One run seed: the saved settings show the SFT seed actually used.
+    s = dataclasses.replace(s, sft=dataclasses.replace(s.sft, seed=s.seed))
     if sft_steps is not None:
         if sft_steps < 0:
             raise ValueError(f"sft_steps must be >= 0, got {sft_steps}")
@@ -140,14 +143,14 @@ def build_embedded_default(
     )
     train, heldout = make_datasets(s.task)
     if sft_steps != 0:
-        sft_cfg = dataclasses.replace(s.sft, seed=s.seed)
-        sft_warm_start(model, tokenizer, train, sft_cfg, on_step=on_sft_step)
+        sft_warm_start(model, tokenizer, train, s.sft, on_step=on_sft_step)
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        (out / SETTINGS_FILE).write_text(json.dumps(s.to_dict(), indent=2) + "\n")
+        record = {**s.to_dict(), "sft_steps_run": 0 if sft_steps == 0 else s.sft.steps}
+        (out / SETTINGS_FILE).write_text(json.dumps(record, indent=2) + "\n")
         train.to_json(out / "train.jsonl")
         heldout.to_json(out / "heldout.jsonl")
     return EmbeddedDefault(model, tokenizer, train, heldout)
