@@ -1,4 +1,4 @@
-"""The verl plugin: entry-point loading, losses and estimators against the core and verl's built-ins.
+"""The verl plugin: entry-point loading; losses and estimators vs the core and verl built-ins.
 
 Needs verl (the Makefile's .venv-verl); skipped where verl is not installed.
 """
@@ -220,13 +220,13 @@ def test_conspo_loss_by_hand_and_with_global_normaliser():
     expected = 10 * math.log(1 + math.exp(-0.099))
     cfg = actor_config("crlvr_conspo", rollout_n=2, tau=10.0)
     loss, metrics = call("crlvr_conspo", logp, torch.zeros_like(logp), targets, mask, cfg)
-    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
     assert metrics["crlvr/conspo/margin"] == pytest.approx(0.01, abs=1e-6)
     # Global mini-batch of 4 rows on 1 rank = 2 groups; this micro-batch holds 1 usable
     # group, so its share of the mini-batch mean is half.
     cfg = actor_config("crlvr_conspo", rollout_n=2, info={"dp_size": 1, "global_batch_size": 4})
     loss, _ = call("crlvr_conspo", logp, torch.zeros_like(logp), targets, mask, cfg)
-    assert float(loss) == pytest.approx(expected / 2, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(expected / 2, rel=1e-5)
 
 
 def test_losses_refuse_what_they_cannot_honour():
