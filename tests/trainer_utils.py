@@ -58,8 +58,10 @@ def make_config(tmp_path: Path, **overrides) -> RLVRConfig:
     return RLVRConfig(**values)
 
 
-def make_trainer(model_dir: Path, config: RLVRConfig, reward=token_parity_reward) -> RLVRTrainer:
-    return RLVRTrainer(
+def make_trainer(
+    model_dir: Path, config: RLVRConfig, reward=token_parity_reward, trainer_cls=RLVRTrainer
+) -> RLVRTrainer:
+    return trainer_cls(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         reward_funcs=[reward],
         args=config,
