@@ -36,6 +36,11 @@ def max_completion_tokens(dataset: Dataset, tokenizer: PreTrainedTokenizerBase) 
     plus ``<eos>``, plus one token per step (a wrong result may have one more digit)."""
     if len(dataset) == 0:
         raise ValueError("max_completion_tokens: empty dataset")
+    if "solution" not in dataset.column_names:
+        raise ValueError(
+            f"max_completion_tokens: dataset has no 'solution' column ({dataset.column_names}); "
+            "pass max_new_tokens explicitly"
+        )
     solutions = list(dataset["solution"])
     lengths = tokenizer(solutions, add_special_tokens=False)["input_ids"]
     return max(len(ids) + 1 + s.count(",") + 1 for ids, s in zip(lengths, solutions, strict=True))
