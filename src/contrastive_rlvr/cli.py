@@ -55,6 +55,70 @@ def train(
     typer.echo(json.dumps(summary))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def compare(
+    ctx: typer.Context,
+    out: Path | None = typer.Option(None, "--out", help="Output folder (default runs/compare)."),
+    recipes: str | None = typer.Option(
+        None, "--recipes", help="Comma-separated (default: all six)."
+    ),
+    arms: str | None = typer.Option(
+        None, "--arms", help="Comma-separated from plain,bicc,rcc,bicc+rcc (default: all four)."
+    ),
+    seeds: str | None = typer.Option(None, "--seeds", help="Comma-separated (default 0,1,2)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="RLVRConfig YAML for every run (default: the embedded default)."
+    ),
+    spec: Path | None = typer.Option(
+        None, "--spec", help="YAML of these options (recipes, arms, seeds, config, overrides, ...)."
+    ),
+    jobs: int | None = typer.Option(None, "--jobs", help="Runs at once (default 1)."),
+) -> None:
+    """Run recipes x {plain, bicc, rcc, bicc+rcc} x seeds and write OUT/results.md and
+    results.json (mean and 95% t interval over seeds, paired difference to plain).
+    Extra --field value arguments override RLVRConfig fields in every run."""
+    from .compare import make_spec, run_compare
+
+    try:
+        cfg = make_spec(
+            spec,
+            recipes=recipes,
+            arms=arms,
+            seeds=seeds,
+            config=config,
+            output_dir=out,
+            jobs=jobs,
+            overrides=list(ctx.args),
+        )
+        report = run_compare(cfg, echo=typer.echo)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err
+    typer.echo((Path(cfg.output_dir) / "results.md").read_text())
+    if report["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def plot(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders, or a compare output folder."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for the PNG files (default: FIRST_DIR/figures)."
+    ),
+) -> None:
+    """PNG figures: reward and held-out accuracy, Cov(R, delta), delta distributions of
+    correct vs wrong completions, gradient variance with vs without RCC."""
+    from .plots import plot_runs
+
+    try:
+        paths = plot_runs(run_dirs, out or run_dirs[0] / "figures")
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err
+    for path in paths:
+        typer.echo(str(path))
+
+
 @app.command("eval")
 def eval_command(
     model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),

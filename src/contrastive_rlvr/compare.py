@@ -1,0 +1,521 @@
+"""``contrastive-rlvr compare``: recipes x {plain, BiCC, RCC, BiCC+RCC} x seeds, and the table.
+
+Every run is what ``contrastive-rlvr train`` runs, its output in
+``OUT/<recipe>/<arm>/seed<k>``:
+
+- a run whose ``summary.json`` exists is not run again;
+- a failed run leaves ``error.txt`` (exit code and the end of its log) and the
+  others go on; ``train.log`` holds each run's output;
+- with the embedded default, the SFT warm start of each seed is built once in
+  ``OUT/sft-cache/seed<k>/sft-model`` and copied into every run of that seed
+  (``train`` reuses ``output_dir/sft-model`` when present);
+- ``jobs=1`` (the default) runs everything in this process, one run after
+  another (imports paid once); ``jobs > 1`` runs that many child processes
+  (``python -m contrastive_rlvr.compare train ...``) at once, one torch thread each.
+
+Then ``OUT/results.md`` (the BiCC paper's Table 2 layout: one row per arm,
+held-out avg@n after RL with its 95% Student t interval over seeds, the
+paired difference to the plain arm of the same recipe, the SFT start) and
+``OUT/results.json`` (the same numbers and the per-seed values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .stats import mean_ci, paired_difference_ci
+
+#: arm name -> (bicc, rcc)
+ARMS: dict[str, tuple[bool, bool]] = {
+    "plain": (False, False),
+    "bicc": (True, False),
+    "rcc": (False, True),
+    "bicc+rcc": (True, True),
+}
+DEFAULT_RECIPES = ("grpo", "dr_grpo", "dapo", "gmpo", "gspo", "conspo")
+RECIPE_LABELS = {
+    "grpo": "GRPO",
+    "dr_grpo": "Dr.GRPO",
+    "dapo": "DAPO",
+    "gmpo": "GMPO",
+    "gspo": "GSPO",
+    "conspo": "ConSPO",
+}
+ARM_SUFFIX = {"plain": "", "bicc": " + BiCC", "rcc": " + RCC", "bicc+rcc": " + BiCC + RCC"}
+#: Set per run by the matrix; an override of these in ``overrides`` is refused.
+MATRIX_FIELDS = ("recipe", "bicc", "rcc", "seed", "output_dir")
+SFT_CACHE = "sft-cache"
+SFT_KEY_FILE = "key.json"
+LOG_TAIL_CHARS = 4000
+CI_LEVEL = 0.95
+
+
+@dataclass
+class CompareSpec:
+    """What ``compare`` runs (every field settable from a YAML file and from flags).
+
+    Attributes:
+        recipes: recipe names (rows are grouped by recipe).
+        arms: any of ``plain``, ``bicc``, ``rcc``, ``bicc+rcc``.
+        seeds: run seeds (also the seed of the SFT warm start and of the evaluation).
+        config: RLVRConfig YAML applied to every run (None: the embedded default).
+        overrides: ``--field value`` RLVRConfig overrides applied to every run.
+        output_dir: OUT.
+        jobs: runs at once.
+    """
+
+    recipes: list[str] = field(default_factory=lambda: list(DEFAULT_RECIPES))
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    output_dir: str = "runs/compare"
+    jobs: int = 1
+
+    def __post_init__(self) -> None:
+        from .algorithms import RECIPES
+
+        for name in self.recipes:
+            if name not in RECIPES:
+                raise ValueError(f"recipes: unknown recipe {name!r}; valid: {', '.join(RECIPES)}")
+        for arm in self.arms:
+            if arm not in ARMS:
+                raise ValueError(f"arms: unknown arm {arm!r}; valid: {', '.join(ARMS)}")
+        for name, values in (("recipes", self.recipes), ("arms", self.arms), ("seeds", self.seeds)):
+            if not values:
+                raise ValueError(f"{name}: give at least one")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}: duplicates in {values}")
+        if self.jobs < 1:
+            raise ValueError(f"jobs={self.jobs} is invalid: must be >= 1")
+        for item in self.overrides:
+            if item.startswith("--") and item[2:].split("=")[0] in MATRIX_FIELDS:
+                raise ValueError(
+                    f"overrides: {item} is set by the matrix for each run; use the recipes, "
+                    "arms, seeds and output_dir options instead"
+                )
+
+
+def load_compare_yaml(path: str | Path) -> dict:
+    """The CompareSpec fields in a YAML file. ``overrides`` may be a mapping
+    ``field: value`` or a list of ``--field value`` strings."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"compare file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"compare file {path} must hold a mapping of field: value")
+    known = {f.name for f in dataclasses.fields(CompareSpec)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"compare file {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
+    overrides = data.get("overrides")
+    if isinstance(overrides, dict):
+        data["overrides"] = [s for k, v in overrides.items() for s in (f"--{k}", _flag(v))]
+    elif overrides is not None and not isinstance(overrides, list):
+        raise ValueError(f"compare file {path}: overrides must be a mapping or a list")
+    return data
+
+
+def make_spec(spec_file: str | Path | None = None, **flags: object) -> CompareSpec:
+    """CompareSpec from the defaults, then the YAML file, then the flags that are not None.
+
+    ``recipes``, ``arms`` and ``seeds`` flags may be comma-separated strings;
+    ``overrides`` from the flags are appended to those of the file.
+    """
+    values = load_compare_yaml(spec_file) if spec_file else {}
+    for name in ("recipes", "arms", "seeds"):
+        flag = flags.pop(name, None)
+        if flag is not None:
+            values[name] = [x.strip() for x in str(flag).split(",") if x.strip()]
+    try:
+        values["seeds"] = [int(k) for k in values.get("seeds", [0, 1, 2])]
+    except ValueError as err:
+        raise ValueError(f"seeds: integers expected, got {values.get('seeds')}") from err
+    extra = flags.pop("overrides", None) or []
+    values["overrides"] = [str(x) for x in values.get("overrides", [])] + list(extra)
+    values.update(
+        {k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items() if v is not None}
+    )
+    return CompareSpec(**values)
+
+
+def _flag(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix."""
+
+    recipe: str
+    arm: str
+    seed: int
+    output_dir: Path
+
+    def overrides(self, spec: CompareSpec) -> list[str]:
+        """RLVRConfig overrides of this run: the shared ones, then this cell's."""
+        bicc, rcc = ARMS[self.arm]
+        return [
+            *spec.overrides,
+            *("--recipe", self.recipe, "--bicc", _flag(bicc), "--rcc", _flag(rcc)),
+            *("--seed", str(self.seed), "--output_dir", str(self.output_dir)),
+        ]
+
+
+def plan_runs(spec: CompareSpec) -> list[RunSpec]:
+    """The runs in order (recipe, arm, seed); every config is validated before any runs."""
+    from .trainer.parse import parse_config
+
+    out = Path(spec.output_dir)
+    runs = []
+    for recipe in spec.recipes:
+        for arm in spec.arms:
+            for seed in spec.seeds:
+                run = RunSpec(recipe, arm, seed, out / recipe / arm / f"seed{seed}")
+                try:
+                    parse_config(spec.config, run.overrides(spec))
+                except (ValueError, SystemExit) as err:
+                    raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
+                runs.append(run)
+    return runs
+
+
+def _subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # One thread per run: the runs share the machine's cores.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _launch(argv: list[str], log: Path, in_process: bool) -> int:
+    """Run the worker command ``argv`` (see :func:`_worker`) with its output in ``log``:
+    in this process (exceptions caught) or in a child process. Returns the exit code."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        if not in_process:
+            cmd = [sys.executable, "-m", "contrastive_rlvr.compare", *argv]
+            return subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, env=_subprocess_env()
+            ).returncode
+        with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+            try:
+                _worker(argv)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # noqa: BLE001 - a failed run is recorded, the matrix goes on
+                traceback.print_exc(file=f)
+                return 1
+    return 0
+
+
+def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
+    tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
+    message = f"{what} failed with exit code {code}; end of {log}:\n{tail}"
+    (directory / "error.txt").write_text(message)
+    return message
+
+
+# ---------------------------------------------------------------------- SFT warm-start cache
+
+
+def _sft_key(spec: CompareSpec, seed: int) -> dict:
+    """What the embedded warm start depends on: the seed, the task length and the SFT steps."""
+    from .trainer.parse import parse_config
+
+    cfg = parse_config(spec.config, [*spec.overrides, "--seed", str(seed)])
+    return {
+        "model": cfg.model,
+        "seed": seed,
+        "embedded_terms": cfg.embedded_terms,
+        "embedded_sft_steps": cfg.embedded_sft_steps,
+    }
+
+
+def sft_cache_dir(spec: CompareSpec, seed: int) -> Path:
+    return Path(spec.output_dir) / SFT_CACHE / f"seed{seed}"
+
+
+def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
+    """Build ``OUT/sft-cache/seed<k>/sft-model`` (rebuilt when its key changed);
+    returns an error message or None."""
+    from .trainer.run import SFT_DIR
+
+    key = _sft_key(spec, seed)
+    if key["model"] != "embedded":
+        return None
+    cache = sft_cache_dir(spec, seed)
+    key_file = cache / SFT_KEY_FILE
+    if (cache / SFT_DIR / "config.json").exists() and key_file.exists():
+        if json.loads(key_file.read_text()) == key:
+            return None
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    argv = ["warm-start", str(cache), *_config_args(spec), *spec.overrides, "--seed", str(seed)]
+    code = _launch(argv, cache / "warm-start.log", in_process=spec.jobs == 1)
+    if code != 0 or not (cache / SFT_DIR / "config.json").exists():
+        return _record_failure(
+            cache, f"SFT warm start of seed {seed}", code, cache / "warm-start.log"
+        )
+    key_file.write_text(json.dumps(key) + "\n")
+    return None
+
+
+def _config_args(spec: CompareSpec) -> list[str]:
+    return ["--config", spec.config] if spec.config else []
+
+
+def _worker(argv: list[str]) -> None:
+    """The two worker commands, run in this process or as
+    ``python -m contrastive_rlvr.compare COMMAND ...``:
+
+    - ``warm-start DIR [--config F] [--field value ...]``: builds DIR/sft-model exactly
+      as ``train`` would in an output folder DIR;
+    - ``train [--config F] [--field value ...]``: one training run, no progress bar.
+    """
+    from .trainer.parse import parse_config
+    from .trainer.run import load_run_inputs, train
+
+    command, rest = argv[0], argv[1:]
+    directory = None
+    if command == "warm-start":
+        directory, rest = Path(rest[0]), rest[1:]
+    elif command != "train":
+        raise ValueError(f"unknown worker command {command!r}: use warm-start or train")
+    config_file = None
+    if rest[:1] == ["--config"]:
+        config_file, rest = rest[1], rest[2:]
+    if directory is not None:
+        rest = [*rest, "--output_dir", str(directory)]
+    cfg = parse_config(config_file, rest)
+    if directory is None:
+        train(cfg, progress=False)
+        return
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
+    load_run_inputs(cfg, directory)
+
+
+# ---------------------------------------------------------------------- running
+
+
+@dataclass
+class RunResult:
+    run: RunSpec
+    status: str  # "done", "skipped" (summary existed), "failed"
+    error: str | None = None
+    summary: dict | None = None
+
+
+def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
+    """Run one cell unless its summary exists; a failure is recorded, not raised."""
+    from .trainer.run import SFT_DIR, SUMMARY_FILE
+
+    summary_file = run.output_dir / SUMMARY_FILE
+    if summary_file.exists():
+        return RunResult(run, "skipped", summary=json.loads(summary_file.read_text()))
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    (run.output_dir / "error.txt").unlink(missing_ok=True)
+    cached = sft_cache_dir(spec, run.seed) / SFT_DIR
+    if cached.exists() and not (run.output_dir / SFT_DIR).exists():
+        shutil.copytree(cached, run.output_dir / SFT_DIR)
+    log = run.output_dir / "train.log"
+    code = _launch(["train", *_config_args(spec), *run.overrides(spec)], log, spec.jobs == 1)
+    if code != 0 or not summary_file.exists():
+        what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
+        return RunResult(run, "failed", error=_record_failure(run.output_dir, what, code, log))
+    return RunResult(run, "done", summary=json.loads(summary_file.read_text()))
+
+
+def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
+    """Run the matrix (finished runs skipped), then write results.md and results.json."""
+    runs = plan_runs(spec)
+    out = Path(spec.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    pending = [r for r in runs if not (r.output_dir / "summary.json").exists()]
+    sft_errors: dict[int, str] = {}
+    with ThreadPoolExecutor(max_workers=spec.jobs) as pool:
+        seeds = sorted({r.seed for r in pending})
+        for seed, err in zip(
+            seeds, pool.map(lambda k: build_sft_cache(spec, k), seeds), strict=True
+        ):
+            if err is not None:
+                sft_errors[seed] = err
+                echo(f"FAILED warm start of seed {seed}: see {sft_cache_dir(spec, seed)}/error.txt")
+
+        finished: list[RunResult] = []
+        lock = threading.Lock()
+
+        def one(run: RunSpec) -> RunResult:
+            if run.seed in sft_errors and run in pending:
+                result = RunResult(run, "failed", error=sft_errors[run.seed])
+            else:
+                result = execute_run(spec, run)
+            label = f"{run.recipe}/{run.arm}/seed{run.seed}"
+            if result.status == "failed":
+                echo(f"FAILED {label}: see {run.output_dir}/error.txt")
+            elif result.status == "done":
+                before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
+                echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
+            with lock:  # the table so far, so that a long matrix can be read while it runs
+                finished.append(result)
+                _write_results(
+                    build_results(finished, spec, pending=len(runs) - len(finished)), out
+                )
+            return result
+
+        results = list(pool.map(one, runs))
+    report = build_results(results, spec)
+    report["wall_seconds"] = time.perf_counter() - started
+    _write_results(report, out)
+    return report
+
+
+def _write_results(report: dict, out: Path) -> None:
+    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "results.md").write_text(results_markdown(report))
+
+
+# ---------------------------------------------------------------------- the table
+
+
+def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int = 0) -> dict:
+    """Per-seed values and, per recipe and arm, mean and t interval of the held-out
+    avg@n after RL, of the SFT start, and of the paired difference to the plain arm."""
+    per_cell: dict[tuple[str, str], dict[int, dict]] = {}
+    failed = []
+    eval_n = None
+    for res in results:
+        if res.summary is None:
+            failed.append(
+                {
+                    "recipe": res.run.recipe,
+                    "arm": res.run.arm,
+                    "seed": res.run.seed,
+                    "error_file": str(res.run.output_dir / "error.txt"),
+                }
+            )
+            continue
+        per_cell.setdefault((res.run.recipe, res.run.arm), {})[res.run.seed] = res.summary
+        eval_n = res.summary.get("eval_n", eval_n)
+    rows = []
+    for recipe in spec.recipes:
+        plain = per_cell.get((recipe, "plain"), {})
+        plain_after = {k: s["heldout_avg@n_after"] for k, s in plain.items()}
+        for arm in spec.arms:
+            cell = per_cell.get((recipe, arm), {})
+            after = {k: s["heldout_avg@n_after"] for k, s in sorted(cell.items())}
+            before = {k: s["heldout_avg@n_before"] for k, s in sorted(cell.items())}
+            diff = None if arm == "plain" else paired_difference_ci(after, plain_after, CI_LEVEL)
+            rows.append(
+                {
+                    "recipe": recipe,
+                    "arm": arm,
+                    "label": RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm],
+                    "seeds": sorted(after),
+                    "after": _ci_dict(after),
+                    "before": _ci_dict(before),
+                    "diff_vs_plain": diff.to_dict() if diff else None,
+                    "per_seed": {
+                        str(k): {
+                            "after": after[k],
+                            "before": before[k],
+                            "steps": cell[k].get("steps"),
+                            "wall_seconds": cell[k].get("wall_seconds"),
+                        }
+                        for k in after
+                    },
+                }
+            )
+    return {
+        "metric": f"held-out avg@{eval_n}",
+        "ci": f"{int(CI_LEVEL * 100)}% Student t interval over seeds, n-1 degrees of freedom",
+        "difference": "mean over seeds of (arm - plain arm of the same recipe), paired by seed",
+        "spec": dataclasses.asdict(spec),
+        "rows": rows,
+        "failed": failed,
+        "pending": pending,
+    }
+
+
+def _ci_dict(values: dict[int, float]) -> dict | None:
+    return mean_ci(list(values.values()), CI_LEVEL).to_dict() if values else None
+
+
+def _pct(ci: dict | None, signed: bool = False) -> str:
+    """``78.1 ± 3.5`` in percentage points (± the CI half-width), ``78.1`` for one seed."""
+    if ci is None:
+        return "–"
+    mean = f"{100 * ci['mean']:+.1f}" if signed else f"{100 * ci['mean']:.1f}"
+    if ci["ci_half_width"] is None:
+        return mean
+    return f"{mean} ± {100 * ci['ci_half_width']:.1f}"
+
+
+def results_markdown(report: dict) -> str:
+    """The markdown table (one row per recipe and arm) and how to read it."""
+    metric = report["metric"]
+    lines = [
+        f"| Method | {metric} after RL (%) | Δ vs plain (pp) | SFT start (%) | seeds |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        diff = "—" if row["arm"] == "plain" else _pct(row["diff_vs_plain"], signed=True)
+        lines.append(
+            f"| {row['label']} | {_pct(row['after'])} | {diff} | {_pct(row['before'])} | "
+            f"{len(row['seeds'])} |"
+        )
+    lines += [
+        "",
+        f"Values in %, mean ± half-width of the {report['ci']}. Δ vs plain: "
+        f"{report['difference']}, in percentage points, with its own t interval; an "
+        "interval that contains 0 means no difference was shown at this number of seeds. "
+        "SFT start: the same metric before RL.",
+    ]
+    verdicts = _verdicts(report["rows"])
+    if verdicts:
+        lines += ["", *verdicts]
+    if report.get("pending"):
+        lines += ["", f"{report['pending']} run(s) still pending: this table is partial."]
+    if report["failed"]:
+        lines += ["", "Failed runs (see their error.txt):"]
+        lines += [f"- {f['recipe']}/{f['arm']}/seed{f['seed']}" for f in report["failed"]]
+    return "\n".join(lines) + "\n"
+
+
+def _verdicts(rows: list[dict]) -> list[str]:
+    """One line per non-plain arm: helped, hurt, or no difference shown (CI contains 0)."""
+    out = []
+    for row in rows:
+        d = row["diff_vs_plain"]
+        if row["arm"] == "plain" or d is None or d["ci_half_width"] is None:
+            continue
+        if d["ci_low"] > 0:
+            word = "higher than"
+        elif d["ci_high"] < 0:
+            word = "lower than"
+        else:
+            word = "not distinguishable from"
+        out.append(f"- {row['label']}: {word} the plain arm ({_pct(d, signed=True)} pp).")
+    return out
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1:])
