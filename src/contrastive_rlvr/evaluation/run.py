@@ -106,6 +106,8 @@ class EvalResult:
 def _make_generator(
     config: EvalConfig, model: Any = None, tokenizer: Any = None
 ) -> tuple[Generator, Any, str]:
+    if (model is None) != (tokenizer is None):
+        raise ValueError("pass both model and tokenizer to evaluate(), or neither")
     backend = config.backend
     if backend == "auto":
         backend = "vllm" if model is None and vllm_available() else "hf"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
-from .status import CRASHED, KILLED
+from .status import CRASHED, KILLED, READY
 
 # The worker's module: imported by the fork server (preload) and the workers,
 # not by the parent, which thus never imports sympy.
@@ -36,6 +36,9 @@ _WORKER_MODULE = f"{__package__}.verify_worker"
 KILL_GRACE_S = 0.5
 # How long close() waits for a worker to exit on its own before killing it.
 _JOIN_S = 1.0
+# How long a new worker may take to start (the first one also starts the fork
+# server, which imports sympy and math-verify: seconds on a busy machine).
+_START_S = 60.0
 
 
 def _worker_entry(conn: Connection, timeout: int) -> None:
@@ -103,6 +106,19 @@ class VerifierPool:
         process.start()
         # Drop our copy of the child's end so the child's death shows as EOF.
         child_conn.close()
+        # Wait for the worker's "ready": answer deadlines then measure checking
+        # only, never the start-up of a process on a loaded machine.
+        try:
+            ready = parent_conn.poll(_START_S) and parent_conn.recv() == READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            process.kill()
+            parent_conn.close()
+            raise RuntimeError(
+                f"a verifier worker did not start within {_START_S:.0f} s (exit code "
+                f"{process.exitcode}); check that `import math_verify` works in this environment"
+            )
         return _Worker(process, parent_conn)
 
     def _replace(self, k: int, event: str) -> None:

@@ -10,3 +10,4 @@ KILLED = "killed"  # the worker missed the parent's deadline and was killed
 CRASHED = "crashed"  # the worker died while checking
 NO_ANSWER = "no_answer"  # nothing to check was found in the completion
 TOO_LONG = "too_long"  # the extracted answer exceeded max_answer_chars
+READY = "ready"  # not a check status: a new worker's first message

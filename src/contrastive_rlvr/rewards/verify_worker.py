@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 import math_verify
 
-from .status import CORRECT, ERROR, GOLD_UNPARSABLE, TIMEOUT, UNPARSABLE, WRONG
+from .status import CORRECT, ERROR, GOLD_UNPARSABLE, READY, TIMEOUT, UNPARSABLE, WRONG
 
 # Parsed gold answers kept per worker: one prompt's gold is checked against
 # all G completions of its group, so parsing it once saves most of the work.
@@ -77,6 +77,7 @@ def worker_main(conn: Connection, timeout: int) -> None:
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
     gold_cache: dict[str, list] = {}
+    conn.send(READY)
     while True:
         try:
             request = conn.recv()
