@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -441,6 +442,63 @@ class RLVRConfig(GRPOConfig):
             "group-relative methods need at least 2 completions per prompt",
         )
 
+    def _validate_seed_methods(self) -> None:
+        """VeriGate / ReCo / OC-GRPO options and their combination with the recipe."""
+        checks = (
+            ("verigate_step_rule", STEP_RULES),
+            ("verigate_process_norm", PROCESS_NORMS),
+            ("reco_identity", ("tokens", "answer")),
+            ("reco_factor_norm", FACTOR_NORMS),
+            ("oc_hint_unit", ("chars", "words")),
+            ("oc_weight_level", OC_WEIGHT_LEVELS),
+            ("oc_merge", OC_MIX_MODES),
+        )
+        for name, valid in checks:
+            value = getattr(self, name)
+            _check(value in valid, name, value, f"choose one of {', '.join(valid)}")
+        _check(
+            (self.verigate_step_rule == "regex") == bool(self.verigate_step_pattern),
+            "verigate_step_pattern",
+            self.verigate_step_pattern,
+            "set it exactly when verigate_step_rule='regex'",
+        )
+        scorer = self.verigate_scorer
+        _check(
+            scorer == "arithmetic" or ":" in scorer or Path(scorer).is_dir(),
+            "verigate_scorer",
+            scorer,
+            "use 'arithmetic', an existing PRM directory, or 'module:function'",
+        )
+        _check(
+            0.0 <= self.oc_hint_fraction <= 1.0,
+            "oc_hint_fraction",
+            self.oc_hint_fraction,
+            "must be in [0, 1]",
+        )
+        _check(self.oc_max_weight > 0, "oc_max_weight", self.oc_max_weight, "must be > 0")
+        _check(
+            "{hint}" in self.oc_hint_template and "{prompt}" in self.oc_hint_template,
+            "oc_hint_template",
+            self.oc_hint_template,
+            "must contain {hint} and {prompt}",
+        )
+        check_seed_method_compat(
+            self.recipe,
+            verigate=self.verigate,
+            reco=self.reco,
+            oc_grpo=self.oc_grpo,
+            bicc=self.bicc,
+            rcc=self.rcc,
+            dynamic_sampling=self.dynamic_sampling,
+        )
+        if (self.verigate or self.oc_grpo) and self.rcc and self.rcc_reference == "sampling":
+            method = "verigate" if self.verigate else "oc_grpo"
+            raise ValueError(
+                f"{method}=True and rcc_reference='sampling' cannot be combined: the sampling "
+                "reference recomputes per-row advantages at loss time, which would drop "
+                f"{method}'s advantages; use rcc_reference='reference'"
+            )
+
     def _validate_layout(self) -> None:
         """Checks that need TRL's resolved batch layout."""
         g = self.num_generations
@@ -462,6 +520,25 @@ class RLVRConfig(GRPOConfig):
                 self.overlong_cache_len,
                 "must be in (0, max_completion_length]",
             )
+        if self.oc_grpo:
+            rows = self.per_device_train_batch_size * self.steps_per_generation
+            # Guided rounds run per process on its own all-fail groups, so those must be whole.
+            _check(
+                rows % g == 0,
+                "per_device_train_batch_size",
+                self.per_device_train_batch_size,
+                f"with oc_grpo=True, per_device_train_batch_size * steps_per_generation ({rows}) "
+                f"must be a multiple of num_generations={g}",
+            )
+            if self.oc_merge == "append":
+                # Appended groups must split evenly into the window's micro-batches.
+                _check(
+                    g % self.steps_per_generation == 0,
+                    "oc_merge",
+                    self.oc_merge,
+                    f"'append' needs num_generations={g} to be a multiple of "
+                    f"steps_per_generation={self.steps_per_generation}; use 'replace'",
+                )
 
     @property
     def bicc_template(self) -> BiCCTemplate:

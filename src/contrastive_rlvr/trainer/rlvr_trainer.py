@@ -31,21 +31,28 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id
 
 from ..algorithms import (
+    all_fail_groups,
     build_bicc_prompts,
     collapse_rate,
     conspo_loss,
     conspo_margin,
+    gated_groups,
     get_recipe,
     informative_groups,
     loss_option_names,
+    oc_merge,
+    occurrence_weights,
     policy_loss,
     rcc_baseline,
     recipe_advantages,
+    seed_method_loss,
     sequence_delta,
+    verigate_advantages,
 )
-from ..algorithms.ops import group_view
+from ..algorithms.ops import group_view, masked_fill_zero
 from .batching import group_permutation, reorder_rows, split_rows, unpad
 from .config import RLVRConfig
+from .seed_inputs import build_process_scorer, guided_rows, response_keys, step_scores_and_index
 from .shaping import OverlongPenalty, take_rows
 
 
@@ -96,6 +103,11 @@ class RLVRTrainer(GRPOTrainer):
         super().__init__(model, funcs, args, *rest, **kwargs)
         config: RLVRConfig = self.args
         self.recipe = get_recipe(config.recipe)
+        self.loss_name, self._seed_loss_defaults = None, {}
+        if self.recipe.objective == "policy":
+            self.loss_name, self._seed_loss_defaults = seed_method_loss(
+                config.recipe, verigate=config.verigate, reco=config.reco, oc_grpo=config.oc_grpo
+            )
         self.nonfinite_losses = 0
         self.skipped_updates = 0
         self._nonfinite_pending = False
@@ -110,6 +122,10 @@ class RLVRTrainer(GRPOTrainer):
                 lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
                 max_items=self.num_generations,
             )
+        if config.verigate:
+            self._process_scorer = build_process_scorer(config.verigate_scorer)
+        if config.oc_grpo:
+            self._check_oc_setup()
         self.add_callback(SkipNonFiniteUpdates(self))
 
     # ------------------------------------------------------------------ set-up helpers
@@ -145,6 +161,27 @@ class RLVRTrainer(GRPOTrainer):
         if self.is_fsdp_enabled:
             return prepare_fsdp(ref, self.accelerator)
         return self.accelerator.prepare_model(ref, evaluation_mode=True)
+
+    def _check_oc_setup(self) -> None:
+        """What OC-GRPO needs before the first step: reference solutions in the dataset, a
+        reference model for KL on the unguided prompt, one process for 'append'."""
+        cfg = self.args
+        columns = getattr(self.train_dataset, "column_names", None)
+        if columns is not None and cfg.oc_solution_column not in columns:
+            raise ValueError(
+                f"oc_solution_column={cfg.oc_solution_column!r}: the train dataset has no such "
+                f"column (columns: {columns}); OC-GRPO cuts its hints from reference solutions"
+            )
+        if cfg.beta > 0 and self.ref_model is None:
+            raise ValueError(
+                "oc_grpo=True with beta > 0 needs a separate reference model (not a PEFT "
+                "adapter) to score guided completions on the unguided prompt; set beta=0"
+            )
+        if cfg.oc_merge == "append" and self.accelerator.num_processes > 1:
+            raise ValueError(
+                "oc_merge='append' gives processes different batch sizes; with several "
+                "processes use oc_merge='replace'"
+            )
 
     # ------------------------------------------------------------------ small helpers
 
@@ -196,6 +233,8 @@ class RLVRTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         cfg, g = self.args, self.num_generations if mode == "train" else self.num_generations_eval
         rewards_all = self._total_rewards(mode)
+        if cfg.oc_grpo and mode == "train":
+            out, rewards_all = self._add_guided_groups(out, rewards_all, inputs, g, mode)
         if cfg.dynamic_sampling and mode == "train":
             out, rewards_all = self._refill_collapsed_groups(out, rewards_all, g, mode)
         rows = self._process_rows(out["completion_ids"].size(0))
@@ -230,12 +269,16 @@ class RLVRTrainer(GRPOTrainer):
                 self.recipe, rewards_all, g, delta=rcc_delta, rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps
             )
             out["advantages"] = advantages[rows]
+            if cfg.verigate:
+                out["advantages"] = self._verigate_advantages(out, rewards_all, advantages, g, mode)
         elif use_rcc:
             baseline = recipe_advantages(
                 self.recipe, rewards_all, g, delta=rcc_delta, rcc_coef=cfg.rcc_coef
             )
             out["conspo_baseline"] = baseline[rows]
 
+        if cfg.reco:
+            self._add_reco_inputs(out, g, plain_old)
         if cfg.bicc:
             self._add_bicc_inputs(out, rewards_all, rows, g, plain_old, mode)
         self._log_batch_diagnostics(mode, rewards_all, delta_all, g, out)
@@ -274,6 +317,7 @@ class RLVRTrainer(GRPOTrainer):
                 break
             prompts = self._draw_prompts(len(local) // g)
             extra = super()._generate_and_score_completions([r for r in prompts for _ in range(g)])
+            self._add_unguided_keys(extra, out)
             extra_local = self._total_rewards(mode)[rows]
             for group in informative_groups(extra_local, g).nonzero().flatten().tolist():
                 idx = torch.arange(group * g, (group + 1) * g)
@@ -301,6 +345,182 @@ class RLVRTrainer(GRPOTrainer):
             merged["completion_mask"].sum()
         ).sum()
         return merged, gather(torch.cat(new_local))
+
+    # ------------------------------------------------------------------ seed methods
+
+    def _add_guided_groups(self, out, rewards_all, inputs, g, mode):
+        """OC-GRPO: a guided round for the all-fail groups, merged per ``oc_merge``.
+
+        Each process samples its own all-fail groups again with the hint in the prompt,
+        through TRL's generation and scoring; scoring gathers across processes, so every
+        process generates as many groups as the process with the most (surplus dropped).
+        Rescued groups enter with their unguided prompt (:meth:`_as_unguided`)."""
+        cfg = self.args
+        rows = self._process_rows(out["completion_ids"].size(0))
+        local = rewards_all[rows]
+        fail = all_fail_groups(local, g, threshold=cfg.reward_threshold)
+        failed = fail.nonzero().flatten().tolist()
+        count = torch.tensor(float(len(failed)), device=local.device)
+        most = int(self.accelerator.reduce(count, reduction="max").item())
+        if most == 0:
+            self._log_oc_counts(mode, len(fail), 0, 0)
+            return out, rewards_all
+        picks = (failed * most)[:most] if failed else [0] * most
+        source = [inputs[group * g + j] for group in picks for j in range(g)]
+        hinted = guided_rows(
+            source,
+            column=cfg.oc_solution_column,
+            fraction=cfg.oc_hint_fraction,
+            unit=cfg.oc_hint_unit,
+            template=cfg.oc_hint_template,
+        )
+        guided = super()._generate_and_score_completions(hinted)
+        keep = torch.arange(len(failed) * g)
+        guided_rewards = self._total_rewards(mode)[self._process_rows(most * g)][keep]
+        pad = self._tokenizer.pad_token_id
+        guided = self._as_unguided(take_rows([(guided, keep)], pad), out, failed, g)
+        plan = oc_merge(local, guided_rewards, g, threshold=cfg.reward_threshold, mode=cfg.oc_merge)
+        out.pop("ref_per_token_logps", None)  # recomputed on the merged batch
+        self._add_unguided_keys(out, guided)
+        both = take_rows([(out, torch.arange(len(local))), (guided, keep)], pad)
+        merged = take_rows([(both, plan.rows)], pad)
+        merged["oc_guided"] = plan.guided.to(local.device)
+        merged["num_items_in_batch"] = self.accelerator.gather(
+            merged["completion_mask"].sum()
+        ).sum()
+        self._log_oc_counts(mode, len(fail), len(failed), int(plan.rescued.sum()))
+        self._log(mode, "oc/guided_rows_frac", plan.metrics["oc/guided_rows_frac"])
+        return merged, gather(plan.rewards.to(local.device))
+
+    def _as_unguided(self, guided, out, failed: list[int], g: int):
+        """Guided rows as trained: on the unguided prompt of the group they came from, with
+        the guided sampling log-probs log pi_old(o | q, hint) kept as ``oc_sampling_logps``
+        (``old_per_token_logps``, when TRL keeps it, becomes log pi_old(o | q))."""
+        source = torch.tensor([grp * g + j for grp in failed for j in range(g)], dtype=torch.long)
+        completion = (guided["completion_ids"], guided["completion_mask"])
+        with torch.no_grad():
+            sampling = guided.get("old_per_token_logps")
+            if sampling is None:
+                sampling = self._logps(
+                    self.model, guided["prompt_ids"], guided["prompt_mask"], *completion
+                )
+            guided["oc_sampling_logps"] = sampling
+            guided["prompt_ids"] = out["prompt_ids"][source.to(out["prompt_ids"].device)]
+            guided["prompt_mask"] = out["prompt_mask"][source.to(out["prompt_mask"].device)]
+            if "old_per_token_logps" in guided:
+                guided["old_per_token_logps"] = self._logps(
+                    self.model, guided["prompt_ids"], guided["prompt_mask"], *completion
+                )
+        guided.pop("ref_per_token_logps", None)
+        return guided
+
+    @staticmethod
+    def _add_unguided_keys(batch, like) -> None:
+        """Give a batch of unguided rows the OC-GRPO entries ``like`` has (zero sampling
+        log-probs, guided flag off), so that the two merge row by row."""
+        mask = batch["completion_mask"]
+        if "oc_sampling_logps" in like and "oc_sampling_logps" not in batch:
+            dtype = like["oc_sampling_logps"].dtype
+            batch["oc_sampling_logps"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        if "oc_guided" in like and "oc_guided" not in batch:
+            batch["oc_guided"] = torch.zeros(mask.size(0), dtype=torch.bool, device=mask.device)
+
+    def _log_oc_counts(self, mode: str, groups: int, failed: int, rescued: int) -> None:
+        """All-fail and rescued groups summed over processes; ``oc/rescued_frac`` only on
+        steps with an all-fail group (so its mean over steps is not diluted by zeros)."""
+        device = self.accelerator.device
+        counts = torch.tensor([groups, failed, rescued], dtype=torch.float, device=device)
+        total_groups, total_failed, total_rescued = self.accelerator.reduce(
+            counts, reduction="sum"
+        ).tolist()
+        self._log(mode, "oc/fail_groups", total_failed)
+        self._log(mode, "oc/rescued_groups", total_rescued)
+        self._log(mode, "oc/fail_frac", total_failed / max(total_groups, 1))
+        if total_failed > 0:
+            self._log(mode, "oc/rescued_frac", total_rescued / total_failed)
+
+    def _verigate_advantages(self, out, rewards_all, outcome_all, g, mode) -> torch.Tensor:
+        """VeriGate: token advantages (B_local, T), from process scores in the groups whose
+        rewards are all equal, the recipe's (e.g. RCC) outcome advantages elsewhere.
+
+        Steps are scored on each process for its rows; the group normalisation runs on
+        the batch gathered from all processes."""
+        cfg, acc = self.args, self.accelerator
+        mask = out["completion_mask"]
+        rows = self._process_rows(mask.size(0))
+        needed = gated_groups(rewards_all, g).repeat_interleave(g)[rows].tolist()
+        scores, index = step_scores_and_index(
+            self._process_scorer,
+            self._tokenizer,
+            unpad(out["prompt_ids"], out["prompt_mask"]),
+            unpad(out["completion_ids"], mask),
+            needed,
+            mask,
+            rule=cfg.verigate_step_rule,
+            pattern=cfg.verigate_step_pattern,
+        )
+        advantages, metrics = verigate_advantages(
+            rewards_all,
+            g,
+            gather_object(scores),
+            gather(acc.pad_across_processes(index, dim=1, pad_index=-1)),
+            gather(acc.pad_across_processes(mask, dim=1, pad_index=0)),
+            outcome=outcome_all,
+            scale_by_std=self.recipe.scale_by_std,
+            eps=cfg.adv_eps,
+            process_norm=cfg.verigate_process_norm,
+        )
+        for key, value in metrics.items():
+            self._log(mode, key, value)
+        return advantages[rows, : mask.size(1)]
+
+    def _add_reco_inputs(self, out, g, plain_old) -> None:
+        """ReCo: occurrence weights of the local rows (counted over whole groups of the
+        gathered batch) and the whole batch's normalisers (weighted rows and tokens, mean
+        p(1-p) of pi_old), so that micro-batch losses add up to the loss of the window."""
+        cfg = self.args
+        mask = out["completion_mask"]
+        ids = unpad(out["completion_ids"], mask)
+        texts = None
+        if cfg.reco_identity == "answer":
+            texts = self._tokenizer.batch_decode(ids, skip_special_tokens=True)
+        keys = gather_object(response_keys(ids, texts, cfg.reco_identity))
+        rows = self._process_rows(mask.size(0))
+        weights = occurrence_weights(keys, g)[rows].to(mask.device)
+        out["reco_weights"] = weights
+        out["reco_weight_sum"] = gather(weights.sum().reshape(1)).sum()
+        out["reco_weighted_tokens"] = gather((weights * mask.sum(1)).sum().reshape(1)).sum()
+        if cfg.reco_factor_norm == "mean":
+            if plain_old is None:
+                plain = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask)
+                with torch.no_grad():
+                    plain_old = self._logps(self.model, *plain)
+            p = torch.exp(masked_fill_zero(plain_old, mask))
+            var = masked_fill_zero(p * (1 - p), mask).sum().reshape(1)
+            out["reco_variance_mean"] = gather(var).sum() / gather(mask.sum().reshape(1)).sum()
+
+    def _seed_loss_options(self, inputs, accum: int) -> dict[str, Any]:
+        """Keyword options of the ReCo / OC-GRPO losses for this micro-batch."""
+        cfg = self.args
+        if cfg.reco:
+            # The whole window's weighted counts, per process (DDP averages the gradients).
+            share = accum / (self.args.steps_per_generation * self.accelerator.num_processes)
+            options = {
+                "weights": inputs["reco_weights"],
+                "factor_norm": cfg.reco_factor_norm,
+                "num_rows": inputs["reco_weight_sum"] * share,
+                "num_tokens": (inputs["reco_weighted_tokens"] * share).clamp(min=1),
+            }
+            if "reco_variance_mean" in inputs:
+                options["variance_mean"] = inputs["reco_variance_mean"]
+            return options
+        if cfg.oc_grpo:
+            return {
+                "guided": inputs.get("oc_guided"),
+                "max_weight": cfg.oc_max_weight,
+                "level": cfg.oc_weight_level,
+            }
+        return {}
 
     def _add_bicc_inputs(self, out, rewards_all, rows, g, plain_old, mode) -> None:
         """Conditioned prompts for the local rows, and old/ref log-probs per the ratio mode."""
@@ -412,6 +632,8 @@ class RLVRTrainer(GRPOTrainer):
         )
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
+        if "oc_guided" in inputs:  # guided rows: pi_old(o | q, hint), sampled with the hint
+            old = torch.where(inputs["oc_guided"].unsqueeze(1), inputs["oc_sampling_logps"], old)
         sampling_delta = None
         if cfg.rcc and cfg.rcc_reference == "sampling":
             sampling_delta = sequence_delta(logp.detach(), old, mask, reduce=cfg.rcc_delta)
@@ -447,7 +669,7 @@ class RLVRTrainer(GRPOTrainer):
                     eps=cfg.adv_eps,
                 )
             loss, metrics = policy_loss(
-                self.recipe.loss, logp, old, advantages, mask, **self._loss_options(inputs, accum)
+                self.loss_name, logp, old, advantages, mask, **self._loss_options(inputs, accum)
             )
         if not torch.isfinite(loss):
             self.nonfinite_losses += 1
@@ -463,8 +685,12 @@ class RLVRTrainer(GRPOTrainer):
         """Keyword options of the recipe's loss: clip bounds, KL, and the normalisers that
         make the summed micro-batch losses equal the loss of the whole window."""
         cfg = self.args
-        accepted = loss_option_names(self.recipe.loss)
-        options: dict[str, Any] = {"beta": cfg.beta, "ref_logp": inputs.get("ref_per_token_logps")}
+        accepted = loss_option_names(self.loss_name)
+        options: dict[str, Any] = {
+            **self._seed_loss_defaults,  # the recipe's clip bounds and aggregation
+            "beta": cfg.beta,
+            "ref_logp": inputs.get("ref_per_token_logps"),
+        }
         if cfg.clip_low is not None:
             options["clip_low"] = cfg.clip_low
         if cfg.clip_high is not None:
@@ -479,4 +705,5 @@ class RLVRTrainer(GRPOTrainer):
             options["num_tokens"] = (window * accum / self.args.steps_per_generation).clamp(min=1)
         if "max_len" in accepted:
             options["max_len"] = self.args.max_completion_length
+        options.update(self._seed_loss_options(inputs, accum))
         return options

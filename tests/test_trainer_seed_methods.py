@@ -1,0 +1,254 @@
+"""The seed methods in the trainer: VeriGate, ReCo and OC-GRPO switched on in RLVRTrainer.
+
+The formulas have their own hand-worked tests (tests/test_seed_methods_*.py);
+these check the wiring: which rows get which inputs, on which prompt the loss
+is computed, and that a few steps train.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+from test_trainer_hooks import direct_logps, rows
+from trainer_utils import GROUP, make_config, save_tiny_model
+from transformers import AutoModelForCausalLM
+
+import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
+from contrastive_rlvr.algorithms import group_advantages, verigate_advantages
+from contrastive_rlvr.embedded import load_char_tokenizer
+from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
+
+SOLUTION = "12+5=17"  # hint at fraction 0.5: the first floor(0.5 * 7) = 3 characters, "12+"
+SCORER = "test_trainer_seed_methods:digit_scorer"
+EACH_CHARACTER = r"[\s\S]"  # VeriGate step rule for the tests: every character is a step
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def dataset(n: int = 16) -> Dataset:
+    prompts = [f"{i}+{i + 3}+{i + 5}=" for i in range(n)]
+    return Dataset.from_dict({"prompt": prompts, "answer": ["1"] * n, "solution": [SOLUTION] * n})
+
+
+def trainer_for(model_dir, config, reward) -> RLVRTrainer:
+    return RLVRTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=dataset(),
+        processing_class=load_char_tokenizer(model_dir),
+    )
+
+
+def digit_scorer(prompt: str, steps: list[str]) -> list[float]:
+    """Process scorer of the tests: a step (one character) scores 1 if it is a digit."""
+    return [1.0 if s.isdigit() else 0.0 for s in steps]
+
+
+def half_gated_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """Prompts with an even first digit always score 1 (a gated group); the others score
+    the parity of the token-id sum (mixed groups, almost surely)."""
+    return [
+        1.0 if int(p[0]) % 2 == 0 else float(sum(ids) % 2 == 0)
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+def token_parity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    return [float(sum(ids) % 2 == 0) for ids in completion_ids]
+
+
+SEEN_PROMPTS: list[str] = []
+
+
+def hint_only_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """0 for every plain prompt (all groups fail); with the hint, the first row of each
+    group scores 1 (every guided group is rescued, and mixed). Records the prompts."""
+    SEEN_PROMPTS.extend(prompts)
+    return [float(p.startswith("Hint: ") and i % GROUP == 0) for i, p in enumerate(prompts)]
+
+
+def first_batch(trainer):
+    trainer.model.train()
+    return next(iter(trainer.get_train_dataloader()))
+
+
+def weights_changed(trainer, before) -> bool:
+    return any(
+        not torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True)
+    )
+
+
+SWITCHES = {
+    "verigate": (
+        dict(
+            verigate=True,
+            verigate_scorer=SCORER,
+            verigate_step_rule="regex",
+            verigate_step_pattern=EACH_CHARACTER,
+        ),
+        half_gated_reward,
+    ),
+    "reco": (dict(reco=True), token_parity_reward),
+    "oc_grpo": (dict(oc_grpo=True), hint_only_reward),
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_a_few_steps_train_with_each_switch(model_dir, tmp_path, name):
+    options, reward = SWITCHES[name]
+    trainer = trainer_for(model_dir, make_config(tmp_path, max_steps=2, **options), reward)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.nonfinite_losses == 0 and trainer.skipped_updates == 0
+    assert weights_changed(trainer, before)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    expected_loss = {"verigate": "grpo", "reco": "reco", "oc_grpo": "oc_grpo"}[name]
+    assert trainer.loss_name == expected_loss
+
+
+def expected_step_index(tokenizer, completion: list[int]) -> list[int]:
+    """Every real character is a step (rule EACH_CHARACTER), so token t is step 'real
+    tokens before it'; a special token (zero width) joins the step of the token before
+    it (the first step if it comes first); no real character: no step (-1)."""
+    real = [tokenizer.decode([t], skip_special_tokens=True) != "" for t in completion]
+    if not any(real):
+        return [-1] * len(completion)
+    index, seen = [], 0
+    for is_real in real:
+        seen += is_real
+        index.append(max(seen - 1, 0))
+    return index
+
+
+def test_verigate_token_advantages(model_dir, tmp_path):
+    options, reward = SWITCHES["verigate"]
+    config = make_config(tmp_path, per_device_train_batch_size=4 * GROUP, **options)
+    trainer = trainer_for(model_dir, config, reward)
+    out = trainer._generate_and_score_completions(first_batch(trainer))
+    tok = trainer.processing_class
+    completions = rows(out["completion_ids"], out["completion_mask"])
+    mask = out["completion_mask"]
+    rewards = out["rewards"]
+    texts = [[tok.decode([t], skip_special_tokens=True) for t in c] for c in completions]
+    scores = [[1.0 if ch.isdigit() else 0.0 for ch in "".join(t)] for t in texts]
+    index = torch.full(mask.shape, -1)
+    for i, c in enumerate(completions):
+        index[i, : len(c)] = torch.tensor(expected_step_index(tok, c))
+    expected, metrics = verigate_advantages(
+        rewards, GROUP, scores, index, mask, outcome=group_advantages(rewards, GROUP)
+    )
+    torch.testing.assert_close(out["advantages"], expected)
+    gated = [g for g in range(4) if rewards[g * GROUP : (g + 1) * GROUP].unique().numel() == 1]
+    assert 0 < len(gated) < 4, "the batch should hold gated and mixed groups"
+    logged = trainer._metrics["train"]
+    assert logged["verigate/gated_frac"][-1] == len(gated) / 4
+    # One gated group by hand: C_ij = digits from character j on, normalised over the
+    # group's steps with the Bessel std; token t of row i has the value of its step.
+    g = gated[0]
+    members = range(g * GROUP, (g + 1) * GROUP)
+    cum = {i: [sum(scores[i][j:]) for j in range(len(scores[i]))] for i in members}
+    flat = torch.tensor([c for i in members for c in cum[i]])
+    if flat.unique().numel() > 1:
+        for i in members:
+            for t, step in enumerate(index[i, : len(completions[i])].tolist()):
+                value = (cum[i][step] - flat.mean()) / (flat.std() + 1e-6) if step >= 0 else 0.0
+                assert out["advantages"][i, t].item() == pytest.approx(float(value), abs=1e-5)
+
+
+def test_reco_weights_count_identical_completions(model_dir, tmp_path):
+    trainer = trainer_for(model_dir, make_config(tmp_path, reco=True), token_parity_reward)
+    out = trainer._generate_and_score_completions(first_batch(trainer))
+    completions = rows(out["completion_ids"], out["completion_mask"])
+    for i, c in enumerate(completions):
+        group = completions[(i // GROUP) * GROUP : (i // GROUP + 1) * GROUP]
+        assert out["reco_weights"][i].item() == pytest.approx(1 / group.count(c))
+    # Whole-batch normalisers: sum of weights, and weighted completion tokens.
+    lengths = out["completion_mask"].sum(1).float()
+    assert out["reco_weight_sum"].item() == pytest.approx(out["reco_weights"].sum().item())
+    assert out["reco_weighted_tokens"].item() == pytest.approx(
+        (out["reco_weights"] * lengths).sum().item()
+    )
+
+
+def test_oc_grpo_guided_prompts_and_loss_on_the_unguided_prompt(model_dir, tmp_path, monkeypatch):
+    trainer = trainer_for(model_dir, make_config(tmp_path, oc_grpo=True), hint_only_reward)
+    batch = first_batch(trainer)
+    SEEN_PROMPTS.clear()
+    out = trainer._generate_and_score_completions(batch)
+    plain = [row["prompt"] for row in batch]
+    # First round: the plain prompts (all fail); second round: hint "12+" before each prompt.
+    assert SEEN_PROMPTS == plain + [f"Hint: 12+\n{p}" for p in plain]
+    assert out["oc_guided"].all()  # every group failed and was rescued: replaced
+    tok = trainer.processing_class
+    prompts = rows(out["prompt_ids"], out["prompt_mask"])
+    assert [tok.decode(p, skip_special_tokens=True) for p in prompts] == plain
+    assert out["rewards"].tolist() == [float(i % GROUP == 0) for i in range(len(plain))]
+    assert trainer._metrics["train"]["oc/rescued_frac"][-1] == 1.0
+
+    captured = {}
+    real = rlvr_trainer_module.policy_loss
+
+    def capture(name, logp, old, advantages, mask, **options):
+        captured.update(name=name, logp=logp.detach(), old=old, guided=options.get("guided"))
+        return real(name, logp, old, advantages, mask, **options)
+
+    monkeypatch.setattr(rlvr_trainer_module, "policy_loss", capture)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop
+    trainer._compute_loss(trainer.model, out)
+    assert captured["name"] == "oc_grpo" and captured["guided"].all()
+    completions = rows(out["completion_ids"], out["completion_mask"])
+    for i, c in enumerate(completions):
+        # pi_theta(o | q): a forward on the unguided prompt and the completion.
+        torch.testing.assert_close(
+            captured["logp"][i, : len(c)],
+            direct_logps(trainer.model, prompts[i], c),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+        # pi_old(o | q, hint): the sampling-time log-probs on the guided prompt.
+        hinted = tok(f"Hint: 12+\n{plain[i]}")["input_ids"]
+        torch.testing.assert_close(
+            captured["old"][i, : len(c)],
+            direct_logps(trainer.model, hinted, c),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(reco=True, oc_grpo=True), "oc_grpo=True and reco=True cannot be combined"),
+        (dict(oc_grpo=True, bicc=True), "bicc=True and oc_grpo=True cannot be combined"),
+        (dict(verigate=True, recipe="dapo"), "verigate=True with dynamic sampling"),
+        (dict(reco=True, recipe="gspo"), "reco=True does not work with recipe 'gspo'"),
+        (dict(verigate=True, rcc=True, rcc_reference="sampling"), "rcc_reference='sampling'"),
+        (dict(verigate=True, verigate_step_rule="regex"), "verigate_step_pattern"),
+        (dict(oc_grpo=True, oc_hint_fraction=1.5), "oc_hint_fraction"),
+        # 3 micro-batches per generation: an appended group of 4 rows cannot be split evenly.
+        (dict(oc_grpo=True, oc_merge="append", gradient_accumulation_steps=3), "oc_merge='append'"),
+    ],
+)
+def test_incompatible_settings_fail_before_any_model_loads(tmp_path, options, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_config(tmp_path, **options)
+
+
+def test_oc_grpo_needs_the_solution_column(model_dir, tmp_path):
+    config = make_config(tmp_path, oc_grpo=True, oc_solution_column="reference")
+    with pytest.raises(ValueError, match="oc_solution_column='reference'"):
+        trainer_for(model_dir, config, hint_only_reward)
+
+
+def test_config_switches_default_off(tmp_path):
+    config = RLVRConfig(output_dir=str(tmp_path), report_to="none")
+    assert not (config.verigate or config.reco or config.oc_grpo)
