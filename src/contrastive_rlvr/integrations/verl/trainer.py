@@ -100,6 +100,13 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
                 f"algorithm.adv_estimator={estimator.name!r} does not support "
                 "algorithm.use_kl_in_reward=True; use actor.use_kl_loss for the KL term"
             )
+        correction = config.algorithm.get("rollout_correction", None) or {}
+        if correction.get("rollout_is") or correction.get("rollout_rs"):
+            # crlvr_sync computes these advantages itself, without verl's correction step.
+            raise ValueError(
+                f"algorithm.adv_estimator={estimator.name!r} does not support "
+                "algorithm.rollout_correction.rollout_is / rollout_rs; set them to null"
+            )
     if contrastive:
         check_conspo_layout(
             group_size=int(config.actor_rollout_ref.rollout.n),

@@ -1,0 +1,336 @@
+"""The crlvr_sync trainer's hooks on hand-made batches, and the verl recipes against verl's schema.
+
+TransferQueue is replaced by an in-memory store holding the same nested
+(jagged) tensors verl keeps there. Needs verl (the Makefile's .venv-verl).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from transfer_queue import KVBatchMeta  # noqa: E402
+from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
+from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
+
+from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
+from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
+from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings  # noqa: E402
+
+torch.set_num_threads(1)
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "verl"
+EOS, PAD = 99, 0
+VERL_POLICY_LOSS_CONFIG = "verl.workers.config.PolicyLossConfig"
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return {name: compose(config_name=name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
+
+
+def with_overrides(cfg, **dotted):
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
+    for key, value in dotted.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+@pytest.mark.parametrize("name", ["grpo_bicc_rcc", "conspo_rcc"])
+@pytest.mark.filterwarnings("ignore:Disabled critic")
+def test_verl_recipe_composes_validates_and_selects_our_classes(recipes, name):
+    cfg = recipes[name]
+    validate_config(
+        cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+    )
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert isinstance(actor.policy_loss, CrlvrPolicyLossConfig)
+    assert cfg.trainer.v1.trainer_mode == "crlvr_sync"
+    assert trainer_base.get_trainer_cls(cfg.trainer.v1.trainer_mode) is CrlvrTrainer
+    options = check_settings(cfg)
+    assert options.bicc is (name == "grpo_bicc_rcc")
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("conspo_rcc", {"actor_rollout_ref.actor.shuffle": True}, "shuffle=False"),
+        ("conspo_rcc", {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 12}, "multiple"),
+        ("conspo_rcc", {"algorithm.adv_estimator": "crlvr_rcc"}, "do not pair"),
+        ("grpo_bicc_rcc", {"actor_rollout_ref.actor.use_kl_loss": False}, "use_kl_loss=True"),
+        ("grpo_bicc_rcc", {"algorithm.use_kl_in_reward": True}, "use_kl_in_reward"),
+        (
+            "grpo_bicc_rcc",
+            {"algorithm.rollout_correction.rollout_is": "token"},
+            "rollout_correction",
+        ),
+        (
+            "conspo_rcc",
+            {"actor_rollout_ref.actor.policy_loss._target_": VERL_POLICY_LOSS_CONFIG},
+            "CrlvrPolicyLossConfig",
+        ),
+    ],
+)
+def test_check_settings_names_the_bad_setting(recipes, name, overrides, message):
+    cfg = recipes[name]
+    if VERL_POLICY_LOSS_CONFIG in overrides.values():
+        # verl's own class has none of our fields: keep only its own
+        cfg = with_overrides(cfg)
+        pl = cfg.actor_rollout_ref.actor.policy_loss
+        for key in ("tau", "max_margin", "margin_warmup", "rcc_coef"):
+            pl.pop(key)
+    with pytest.raises(ValueError, match=message):
+        check_settings(with_overrides(cfg, **overrides))
+
+
+# ----------------------------------------------------------------------------- fakes
+
+
+class FakeTQ:
+    """In-memory TransferQueue: per key, per field, one 1-D tensor; nested on the way out."""
+
+    def __init__(self, rows):
+        self.rows = {k: dict(v) for k, v in rows.items()}
+        self.tags = {}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return TensorDict(
+            {
+                f: torch.nested.as_nested_tensor(
+                    [self.rows[k][f] for k in keys], layout=torch.jagged
+                )
+                for f in select_fields
+            },
+            batch_size=len(keys),
+        )
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        if fields is not None:
+            for name in fields.keys():
+                for key, value in zip(keys, fields[name].unbind(), strict=True):
+                    self.rows[key][name] = value.clone()
+        tags = tags if tags is not None else [{} for _ in keys]
+        for key, tag in zip(keys, tags, strict=True):
+            self.tags[key] = dict(tag)
+        return KVBatchMeta(keys=list(keys), tags=[dict(t) for t in tags])
+
+
+class FakeTokenizer:
+    eos_token_id = EOS
+    pad_token_id = PAD
+    IDS = {
+        BiCCTemplate.header_correct: [901],
+        BiCCTemplate.header_wrong: [902],
+        "Attempt 1: ": [911],
+        "Attempt 2: ": [912],
+        "\n": [920],
+        "Your attempt:\n": [930],
+    }
+
+    def encode(self, text, add_special_tokens=False):
+        return self.IDS[text]
+
+
+def make_trainer(cfg, monkeypatch, rows, **crlvr):
+    trainer = object.__new__(CrlvrTrainer)
+    trainer.config = cfg
+    trainer.crlvr = CrlvrPolicyLossConfig(**crlvr)
+    trainer.tokenizer = FakeTokenizer()
+    trainer.global_steps = 1
+    trainer.total_training_steps = 10
+    trainer.use_critic = False
+    store = FakeTQ(rows)
+    monkeypatch.setattr(trainer_module, "tq", store)
+    return trainer, store
+
+
+def row(prompt, response, reward):
+    prompt, response = torch.tensor(prompt), torch.tensor(response)
+    ids = torch.cat([prompt, response])
+    scores = torch.zeros(len(response))
+    scores[-1] = reward
+    return {
+        "prompts": prompt,
+        "responses": response,
+        "input_ids": ids,
+        "position_ids": torch.arange(len(ids)),
+        "rm_scores": scores,
+        "response_mask": torch.ones(len(response), dtype=torch.int64),
+        "old_log_probs": torch.full((len(response),), -0.5),
+    }
+
+
+def bicc_batch():
+    # Interleaved as after verl's balancing: group a = keys a_0_0, a_1_0; group b likewise.
+    rows = {
+        "a_0_0": row([1, 2], [10, 11, EOS], 1.0),
+        "b_0_0": row([3], [20, EOS], 0.0),
+        "a_1_0": row([1, 2], [12, EOS], 0.0),
+        "b_1_0": row([3], [21, 22, EOS], 0.0),
+    }
+    tags = [
+        {"prompt_len": len(r["prompts"]), "seq_len": len(r["input_ids"]), "status": "success"}
+        for r in rows.values()
+    ]
+    return rows, KVBatchMeta(keys=list(rows), tags=tags, partition_id="train")
+
+
+# ----------------------------------------------------------------------------- BiCC
+
+
+@pytest.mark.parametrize("ratio", ["paper", "consistent"])
+def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, monkeypatch, ratio):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "data.max_prompt_length": 20,
+            "data.max_response_length": 20,
+        },
+    )
+    rows, batch = bicc_batch()
+    trainer, store = make_trainer(
+        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_ratio=ratio
+    )
+    seen = {}
+
+    def fake_update(self, batch, metrics):
+        seen["rows"] = {k: {f: v.tolist() for f, v in r.items()} for k, r in store.rows.items()}
+        seen["tags"] = [dict(t) for t in batch.tags]
+        return batch
+
+    def fake_old_log_prob(batch, metrics):
+        # as verl's recomputation does: new old_log_probs for the conditioned rows
+        seen["old_logp_prompt"] = store.rows["a_0_0"]["prompts"].tolist()
+        for key in batch.keys:
+            store.rows[key]["old_log_probs"] = store.rows[key]["old_log_probs"] - 1.0
+        return batch
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", fake_update)
+    trainer._compute_old_log_prob = fake_old_log_prob
+    metrics = {}
+    trainer._update_actor(batch, metrics)
+
+    # Budget floor(0.5 * 40) = 20 tokens, enough for whole contexts. a_0_0 (correct) reads the
+    # wrong a_1_0 without EOS; a_1_0 reads the correct a_0_0; group b (all wrong) stays plain.
+    a0 = [1, 2, 902, 911, 12, 920, 930]
+    a1 = [1, 2, 901, 911, 10, 11, 920, 930]
+    during = seen["rows"]
+    assert during["a_0_0"]["prompts"] == a0
+    assert during["a_0_0"]["input_ids"] == a0 + [10, 11, EOS]
+    assert during["a_0_0"]["position_ids"] == list(range(10))
+    assert during["a_1_0"]["input_ids"] == a1 + [12, EOS]
+    assert during["b_0_0"]["input_ids"] == [3, 20, EOS]
+    assert [(t["prompt_len"], t["seq_len"]) for t in seen["tags"]] == [
+        (7, 10),
+        (1, 3),
+        (8, 10),
+        (1, 4),
+    ]
+    # consistent mode recomputes the old log-probs on the conditioned rows; paper mode does not
+    assert seen.get("old_logp_prompt") == (a0 if ratio == "consistent" else None)
+    # after the update: the plain rows and tags again
+    assert store.rows["a_0_0"]["prompts"].tolist() == [1, 2]
+    assert store.rows["a_0_0"]["input_ids"].tolist() == [1, 2, 10, 11, EOS]
+    assert store.rows["a_1_0"]["position_ids"].tolist() == [0, 1, 2, 3]
+    assert store.rows["a_1_0"]["old_log_probs"].tolist() == [-0.5, -0.5]
+    assert [(t["prompt_len"], t["seq_len"]) for t in batch.tags] == [(2, 5), (1, 3), (2, 4), (1, 4)]
+    # context tokens (5, 0, 6, 0) -> mean 2.75; half of the rows conditioned
+    assert metrics["bicc/context_tokens"] == pytest.approx(2.75)
+    assert metrics["bicc/conditioned_frac"] == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------- RCC
+
+
+def test_compute_advantage_feeds_rcc_the_reference_log_probs(recipes, monkeypatch):
+    cfg = with_overrides(recipes["grpo_bicc_rcc"], **{"actor_rollout_ref.rollout.n": 2})
+    rows = {
+        "g_0_0": row([1], [5, 6], 1.0),
+        "h_0_0": row([2], [7, 8, 9], 0.0),
+        "g_1_0": row([1], [5, 7], 0.0),
+        "h_1_0": row([2], [7, EOS], 0.0),
+    }
+    # g: delta = mean_t(old - ref) = (0.2, -0.2); h: any delta, rewards all equal.
+    for key, old, shift in [("g_0_0", -1.0, 0.2), ("g_1_0", -2.0, -0.2)]:
+        rows[key]["old_log_probs"] = torch.full((2,), old)
+        rows[key]["ref_log_prob"] = torch.full((2,), old - shift)
+    rows["h_0_0"]["old_log_probs"] = torch.full((3,), -0.5)
+    rows["h_0_0"]["ref_log_prob"] = torch.full((3,), -0.1)
+    rows["h_1_0"]["old_log_probs"] = torch.full((2,), -0.3)
+    rows["h_1_0"]["ref_log_prob"] = torch.full((2,), -0.9)
+    trainer, store = make_trainer(cfg, monkeypatch, rows)
+    batch = KVBatchMeta(keys=list(rows), tags=[{} for _ in rows], partition_id="train")
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    # Cov = ((0.5)(0.2) + (-0.5)(-0.2)) / 2 = 0.1, b* = 0.5 + 2 * 0.1 = 0.7,
+    # A = (R - 0.7) / (std 0.70711 + 1e-6); group h has equal rewards: 0.
+    s = math.sqrt(0.5) + 1e-6
+    assert store.rows["g_0_0"]["advantages"].tolist() == pytest.approx([0.3 / s] * 2, abs=1e-5)
+    assert store.rows["g_1_0"]["advantages"].tolist() == pytest.approx([-0.7 / s] * 2, abs=1e-5)
+    assert store.rows["h_0_0"]["advantages"].tolist() == [0.0, 0.0, 0.0]
+    assert store.rows["h_1_0"]["returns"].tolist() == [0.0, 0.0]
+    assert metrics["crlvr/collapse_rate"] == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------- ConSPO
+
+
+def conspo_trainer(recipes, monkeypatch, keys, dp=2):
+    cfg = with_overrides(
+        recipes["conspo_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        },
+    )
+    trainer, _ = make_trainer(cfg, monkeypatch, {})
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(dp))})
+    tags = [{"seq_len": 10 + 7 * i} for i in range(len(keys))]
+    return trainer, KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+
+
+def test_conspo_balance_keeps_whole_groups_on_each_rank(recipes, monkeypatch):
+    keys = [f"{u}_{s}_0" for s in range(2) for u in "abcd"]  # a_0_0, b_0_0, ..., d_1_0
+    trainer, batch = conspo_trainer(recipes, monkeypatch, keys)
+    metrics = {}
+    trainer._balance_batch(batch, metrics)
+    assert sorted(batch.keys) == sorted(keys)
+    for share in (batch.keys[:4], batch.keys[4:]):  # what each of the 2 ranks receives
+        uids = [k.split("_")[0] for k in share]
+        assert uids[0] == uids[1] and uids[2] == uids[3] and uids[0] != uids[2]
+    # the tags moved with their keys
+    assert {k: t["seq_len"] for k, t in zip(batch.keys, batch.tags, strict=True)} == {
+        k: 10 + 7 * i for i, k in enumerate(keys)
+    }
+
+
+def test_conspo_balance_refuses_a_batch_verl_would_pad(recipes, monkeypatch):
+    keys = [f"{u}_{s}_0" for s in range(2) for u in "abc"]  # 6 rows, not a multiple of 4
+    trainer, batch = conspo_trainer(recipes, monkeypatch, keys)
+    with pytest.raises(ValueError, match="pad"):
+        trainer._balance_batch(batch, {})
+
+
+def test_trainer_mode_reads_sync_for_verls_checks():
+    trainer = object.__new__(CrlvrTrainer)
+    trainer.trainer_mode = "crlvr_sync"  # what PPOTrainer.__init__ assigns
+    assert trainer.trainer_mode == "sync"
+    with pytest.raises(ValueError, match="crlvr_sync"):
+        trainer.trainer_mode = "separate_async"
