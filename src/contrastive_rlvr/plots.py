@@ -1,0 +1,377 @@
+"""``contrastive-rlvr plot``: PNG figures of training runs (matplotlib, Agg backend).
+
+Reads each run folder's ``config.yaml``, ``metrics.jsonl``, ``deltas.jsonl`` and
+``summary.json`` (any may be missing; what it feeds is then left out). Runs are
+grouped by recipe and arm (plain, +BiCC, +RCC, +BiCC+RCC); curves are the mean
+over the runs (seeds) of a group, with the min-max band when there are
+several. One figure of each kind per recipe:
+
+- ``curves_<recipe>.png``: reward and training accuracy per step (moving
+  average), held-out avg@n before and after RL as markers;
+- ``cov_<recipe>.png``: Cov(R, delta) per step (``rcc/cov``);
+- ``deltas_<recipe>.png``: delta distributions of correct vs wrong completions
+  at early, middle and late steps (the BiCC paper's Figures 2 and 4);
+- ``gradvar_<recipe>.png``: gradient-variance estimate with the plain and with
+  the RCC baseline, and their ratio (``diag/grad_var_*``);
+- ``ratio_margin_<recipe>.png``: ``diag/ratio_margin`` per step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+from .compare import ARM_SUFFIX, ARMS, RECIPE_LABELS  # noqa: E402
+
+ARM_COLORS = {"plain": "tab:blue", "bicc": "tab:orange", "rcc": "tab:green", "bicc+rcc": "tab:red"}
+#: Windows of training (shares of the last step) for the early / middle / late distributions.
+PHASES = (("early", 0.0, 0.1), ("middle", 0.45, 0.55), ("late", 0.9, 1.0))
+#: Moving-average window as a share of the number of steps (at least 1 step).
+SMOOTH_SHARE = 1 / 30
+DPI = 120
+#: Smallest x range of a delta histogram (all-equal deltas would give zero-width bins).
+MIN_HIST_RANGE = 1e-3
+
+
+@dataclass
+class Run:
+    """What one run folder holds."""
+
+    path: Path
+    recipe: str
+    arm: str
+    seed: int
+    metrics: list[dict] = field(default_factory=list)
+    deltas: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Steps and values of one metrics.jsonl key (lines without it skipped)."""
+        rows = [(m["step"], m[key]) for m in self.metrics if m.get(key) is not None]
+        if not rows:
+            return np.array([]), np.array([])
+        steps, values = zip(*rows, strict=True)
+        return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {number}: not JSON ({err.msg})") from err
+    return rows
+
+
+def load_run(path: str | Path) -> Run:
+    """A run folder (it must hold config.yaml or summary.json, and metrics.jsonl)."""
+    path = Path(path)
+    config_file, summary_file = path / "config.yaml", path / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+    if config_file.exists():
+        cfg = yaml.safe_load(config_file.read_text()) or {}
+    elif summary is not None:
+        cfg = summary
+    else:
+        raise ValueError(f"{path} is not a run folder: no config.yaml or summary.json")
+    arm = next(a for a, flags in ARMS.items() if flags == (bool(cfg["bicc"]), bool(cfg["rcc"])))
+    return Run(
+        path=path,
+        recipe=str(cfg["recipe"]),
+        arm=arm,
+        seed=int(cfg.get("seed", 0)),
+        metrics=_read_jsonl(path / "metrics.jsonl"),
+        deltas=_read_jsonl(path / "deltas.jsonl"),
+        summary=summary,
+    )
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Run folders among ``paths``: each path is a run folder (has metrics.jsonl) or a
+    folder searched for them (e.g. a compare output folder; its sft-cache is skipped)."""
+    runs = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise ValueError(f"{p} is not a folder")
+        if (p / "metrics.jsonl").exists():
+            runs.append(load_run(p))
+            continue
+        found = sorted(m.parent for m in p.rglob("metrics.jsonl") if "sft-cache" not in m.parts)
+        runs += [load_run(d) for d in found if "checkpoint-" not in d.name]
+    if not runs:
+        raise ValueError(f"no run folder (with metrics.jsonl) under {', '.join(map(str, paths))}")
+    return runs
+
+
+def _label(recipe: str, arm: str) -> str:
+    return RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm]
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average (the first points average what exists so far)."""
+    if window <= 1 or values.size == 0:
+        return values
+    csum = np.cumsum(np.insert(values, 0, 0.0))
+    idx = np.arange(1, values.size + 1)
+    lo = np.maximum(idx - window, 0)
+    return (csum[idx] - csum[lo]) / (idx - lo)
+
+
+def _mean_band(runs: Sequence[Run], key: str, window: int = 1):  # noqa: ANN202
+    """Steps common to the runs, and the mean, min and max over runs of the smoothed series."""
+    series = [r.series(key) for r in runs]
+    series = [(s, _smooth(v, window)) for s, v in series if s.size]
+    if not series:
+        return None
+    common = sorted(set.intersection(*(set(s.tolist()) for s, _ in series)))
+    if not common:
+        return None
+    stacked = np.stack([v[np.searchsorted(s, common)] for s, v in series])
+    return np.asarray(common), stacked.mean(0), stacked.min(0), stacked.max(0)
+
+
+def _plot_band(ax, runs, key, arm, window=1, label=None) -> bool:  # noqa: ANN001
+    band = _mean_band(runs, key, window)
+    if band is None:
+        return False
+    steps, mean, lo, hi = band
+    color = ARM_COLORS[arm]
+    ax.plot(steps, mean, color=color, label=label, lw=1.5)
+    if len(runs) > 1:
+        ax.fill_between(steps, lo, hi, color=color, alpha=0.15, lw=0)
+    return True
+
+
+def _groups(runs: list[Run]) -> dict[str, dict[str, list[Run]]]:
+    """recipe -> arm -> runs, arms in the canonical order."""
+    out: dict[str, dict[str, list[Run]]] = {}
+    for r in runs:
+        out.setdefault(r.recipe, {}).setdefault(r.arm, []).append(r)
+    return {rec: {a: arms[a] for a in ARMS if a in arms} for rec, arms in out.items()}
+
+
+def _seeds_note(runs: Sequence[Run]) -> str:
+    return f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
+
+
+def _finish(fig, path: Path) -> Path:  # noqa: ANN001
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_curves(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """Reward and training accuracy per step, held-out before/after as markers."""
+    max_step = max((m["step"] for rs in arms.values() for r in rs for m in r.metrics), default=0)
+    if max_step == 0:
+        return None
+    window = max(1, round(max_step * SMOOTH_SHARE))
+    fig, (ax_r, ax_a) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm, runs in arms.items():
+        label = f"{_label(recipe, arm)} ({_seeds_note(runs)})"
+        _plot_band(ax_r, runs, "reward", arm, window, label)
+        _plot_band(ax_a, runs, "reward/accuracy", arm, window, f"{label}, training")
+        done = [r.summary for r in runs if r.summary]
+        if done:
+            before = np.mean([s["heldout_avg@n_before"] for s in done])
+            after = np.mean([s["heldout_avg@n_after"] for s in done])
+            last = max(s.get("steps", max_step) for s in done)
+            ax_a.plot([0], [before], marker="o", ls="", color=ARM_COLORS[arm], mfc="white")
+            ax_a.plot([last], [after], marker="*", ms=12, ls="", color=ARM_COLORS[arm])
+    ax_a.plot([], [], marker="o", ls="", color="gray", mfc="white", label="held-out, before RL")
+    ax_a.plot([], [], marker="*", ms=12, ls="", color="gray", label="held-out, after RL")
+    ax_r.set(xlabel="step", ylabel=f"mean reward (moving average, {window} steps)")
+    ax_r.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: training reward")
+    ax_a.set(xlabel="step", ylabel="accuracy")
+    ax_a.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: training accuracy and held-out avg@n")
+    for ax in (ax_r, ax_a):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    return _finish(fig, out / f"curves_{recipe}.png")
+
+
+def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """Cov(R, delta) per step, one line per arm."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    max_step = max((m["step"] for rs in arms.values() for r in rs for m in r.metrics), default=1)
+    window = max(1, round(max_step * SMOOTH_SHARE))
+    drawn = [
+        _plot_band(ax, runs, "rcc/cov", arm, window, f"{_label(recipe, arm)} ({_seeds_note(runs)})")
+        for arm, runs in arms.items()
+    ]
+    if not any(drawn):
+        plt.close(fig)
+        return None
+    ax.axhline(0, color="black", lw=0.7)
+    ax.set(xlabel="step", ylabel=f"mean over groups of Cov(R, δ) (moving average, {window} steps)")
+    ax.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out / f"cov_{recipe}.png")
+
+
+def phase_deltas(runs: Sequence[Run]) -> dict[str, dict[str, np.ndarray]]:
+    """Pooled deltas of correct and wrong completions in each phase of :data:`PHASES`.
+
+    A completion is correct when its reward is above the run's threshold (0.5;
+    the runs record rewards, and the embedded task's are 0/1). Steps where every
+    delta is 0 (the policy still equal to the reference) are left out."""
+    last = max((d["step"] for r in runs for d in r.deltas), default=0)
+    out = {}
+    for name, lo, hi in PHASES:
+        correct, wrong = [], []
+        for r in runs:
+            for d in r.deltas:
+                if "delta" not in d or not lo * last <= d["step"] <= hi * last:
+                    continue
+                rewards, delta = np.asarray(d["rewards"]), np.asarray(d["delta"])
+                if not delta.any():
+                    continue  # the first step: the policy still is the reference, delta = 0
+                correct.append(delta[rewards > 0.5])
+                wrong.append(delta[rewards <= 0.5])
+        out[name] = {
+            "correct": np.concatenate(correct) if correct else np.array([]),
+            "wrong": np.concatenate(wrong) if wrong else np.array([]),
+            "steps": (round(lo * last), round(hi * last)),
+        }
+    return out
+
+
+def plot_deltas(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """Histograms of delta for correct vs wrong completions: rows arms, columns phases."""
+    arms = {a: rs for a, rs in arms.items() if any(r.deltas for r in rs)}
+    if not arms:
+        return None
+    fig, axes = plt.subplots(
+        len(arms), len(PHASES), figsize=(4.2 * len(PHASES), 2.8 * len(arms)), squeeze=False
+    )
+    for row, (arm, runs) in enumerate(arms.items()):
+        phases = phase_deltas(runs)
+        for col, (name, _, _) in enumerate(PHASES):
+            ax, data = axes[row][col], phases[name]
+            both = np.concatenate([data["correct"], data["wrong"]])
+            if both.size == 0:
+                ax.set_axis_off()
+                continue
+            lo_edge, hi_edge = both.min(), both.max()
+            if hi_edge - lo_edge < MIN_HIST_RANGE:
+                lo_edge, hi_edge = lo_edge - MIN_HIST_RANGE / 2, hi_edge + MIN_HIST_RANGE / 2
+            edges = np.linspace(lo_edge, hi_edge, 31)
+            for key, color in (("correct", "tab:green"), ("wrong", "tab:red")):
+                values = data[key]
+                if values.size:
+                    ax.hist(
+                        values,
+                        bins=edges,
+                        density=True,
+                        alpha=0.5,
+                        color=color,
+                        label=f"{key} (n={values.size}, mean {values.mean():+.3f})",
+                    )
+            lo, hi = data["steps"]
+            ax.set_title(f"{_label(recipe, arm)}: {name} (steps {lo}-{hi})", fontsize=9)
+            ax.set_xlabel("δ = mean_t (log π_θ − log π_ref)")
+            ax.set_ylabel("density")
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+    fig.suptitle(
+        f"{RECIPE_LABELS.get(recipe, recipe)}: δ of correct vs wrong completions "
+        "(pooled over seeds and the steps of each window)"
+    )
+    return _finish(fig, out / f"deltas_{recipe}.png")
+
+
+def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """Gradient-variance estimate with the plain and the RCC baseline, and their ratio."""
+    if not any(r.series("diag/grad_var_plain")[0].size for rs in arms.values() for r in rs):
+        return None
+    fig, (ax_v, ax_r) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm, runs in arms.items():
+        band_p = _mean_band(runs, "diag/grad_var_plain")
+        band_r = _mean_band(runs, "diag/grad_var_rcc")
+        if band_p is None or band_r is None:
+            continue
+        color, name = ARM_COLORS[arm], _label(recipe, arm)
+        ax_v.plot(band_p[0], band_p[1], color=color, ls="-", marker=".", label=f"{name}: plain b")
+        ax_v.plot(band_r[0], band_r[1], color=color, ls="--", marker="x", label=f"{name}: RCC b*")
+        ratios = [
+            v
+            for r in runs
+            for st, v in zip(*r.series("diag/grad_var_ratio"), strict=True)
+            if st > 1
+        ]  # step 1: delta = 0, the two baselines coincide
+        mean_ratio = f", mean over steps > 1: {np.mean(ratios):.3f}" if ratios else ""
+        band = _mean_band(runs, "diag/grad_var_ratio")
+        if band is not None:
+            ax_r.plot(
+                band[0],
+                band[1],
+                color=color,
+                marker="o",
+                ms=3,
+                label=f"{name} ({_seeds_note(runs)}{mean_ratio})",
+            )
+            if len(runs) > 1:
+                ax_r.fill_between(band[0], band[2], band[3], color=color, alpha=0.15, lw=0)
+    positive = [line.get_ydata() for line in ax_v.get_lines()]
+    if positive and all(np.all(np.asarray(y) > 0) for y in positive):
+        ax_v.set_yscale("log")  # the variances span orders of magnitude over training
+    ax_v.set(xlabel="step", ylabel="Var over groups of projected gradient (mean of directions)")
+    ax_v.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: gradient variance, same batch")
+    ax_r.axhline(1.0, color="black", lw=0.7)
+    ax_r.set(xlabel="step", ylabel="variance with RCC / without")
+    ax_r.set_title("ratio (< 1: RCC lowers the variance)")
+    for ax in (ax_v, ax_r):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _finish(fig, out / f"gradvar_{recipe}.png")
+
+
+def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """Ratio margin (correct minus wrong) of each diagnostics step."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = [
+        _plot_band(ax, runs, "diag/ratio_margin", arm, 1, f"{_label(recipe, arm)}")
+        for arm, runs in arms.items()
+    ]
+    if not any(drawn):
+        plt.close(fig)
+        return None
+    ax.axhline(0, color="black", lw=0.7)
+    ax.set(xlabel="step", ylabel="mean ratio (correct) − mean ratio (wrong)")
+    ax.set_title(
+        f"{RECIPE_LABELS.get(recipe, recipe)}: one update's sequence-ratio margin", fontsize=10
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out / f"ratio_margin_{recipe}.png")
+
+
+def plot_runs(paths: Iterable[str | Path], out: str | Path) -> list[Path]:
+    """Every figure for the runs under ``paths``, written to ``out``; returns the files."""
+    runs = find_runs(list(paths))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for recipe, arms in _groups(runs).items():
+        for make in (plot_curves, plot_cov, plot_deltas, plot_gradvar, plot_ratio_margin):
+            path = make(recipe, arms, out)
+            if path is not None:
+                written.append(path)
+    return written

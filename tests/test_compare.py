@@ -1,0 +1,207 @@
+"""``compare``: the matrix runs, skips finished runs, records failures; the table's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from contrastive_rlvr import compare as cmp
+from contrastive_rlvr.cli import app
+from contrastive_rlvr.plots import plot_runs
+
+TINY = [
+    "--max_steps", "2", "--embedded_sft_steps", "20", "--eval_n", "1", "--eval_limit", "4",
+    "--save_strategy", "no", "--diagnostics_every", "1", "--deltas_every", "1",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def real_matrix(tmp_path_factory) -> Path:
+    """A real 2 recipes x 2 arms x 1 seed matrix of the embedded default, two steps each."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("compare") / "out"
+    args = ["compare", "--out", str(out), "--recipes", "grpo,dr_grpo", "--arms", "plain,bicc+rcc"]
+    result = CliRunner().invoke(app, [*args, "--seeds", "0", *TINY])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_real_matrix_writes_runs_table_and_json(real_matrix):
+    out = real_matrix
+    for recipe in ("grpo", "dr_grpo"):
+        for arm in ("plain", "bicc+rcc"):
+            run = out / recipe / arm / "seed0"
+            summary = json.loads((run / "summary.json").read_text())
+            assert (summary["recipe"], summary["steps"]) == (recipe, 2)
+            assert (summary["bicc"], summary["rcc"]) == (arm == "bicc+rcc",) * 2
+            # the shared warm start was copied in, not rebuilt
+            assert (run / "sft-model" / "config.json").exists()
+            assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert (out / "sft-cache" / "seed0" / "sft-model" / "config.json").exists()
+    report = json.loads((out / "results.json").read_text())
+    labels = [row["label"] for row in report["rows"]]
+    assert labels == ["GRPO", "GRPO + BiCC + RCC", "Dr.GRPO", "Dr.GRPO + BiCC + RCC"]
+    assert report["failed"] == [] and report["pending"] == 0
+    for row in report["rows"]:
+        assert row["seeds"] == [0]
+        summary = json.loads(
+            (out / row["recipe"] / row["arm"] / "seed0" / "summary.json").read_text()
+        )
+        assert row["after"]["mean"] == summary["heldout_avg@n_after"]
+    table = (out / "results.md").read_text()
+    assert "| Dr.GRPO + BiCC + RCC |" in table and "held-out avg@1" in table
+
+
+def test_second_invocation_skips_finished_runs(real_matrix):
+    summaries = sorted(real_matrix.rglob("seed0/summary.json"))
+    stamps = [p.stat().st_mtime_ns for p in summaries]
+    spec = cmp.make_spec(
+        recipes="grpo,dr_grpo", arms="plain,bicc+rcc", seeds="0",
+        output_dir=real_matrix, overrides=TINY,
+    )  # fmt: skip
+    lines: list[str] = []
+    cmp.run_compare(spec, echo=lines.append)
+    assert lines == []  # nothing ran, nothing failed
+    assert [p.stat().st_mtime_ns for p in summaries] == stamps
+
+
+def test_plot_writes_png_files_for_a_compare_folder(real_matrix, tmp_path):
+    paths = plot_runs([real_matrix], tmp_path / "figs")
+    names = {p.name for p in paths}
+    for kind in ("curves", "cov", "deltas", "gradvar"):
+        assert {f"{kind}_grpo.png", f"{kind}_dr_grpo.png"} <= names
+    for p in paths:
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+# ---------------------------------------------------------------------- fake runs (no training)
+
+#: held-out avg@n after RL per (recipe, arm, seed); before RL is 0.5 everywhere.
+AFTER = {
+    ("grpo", "plain", 0): 0.70, ("grpo", "plain", 1): 0.80, ("grpo", "plain", 2): 0.75,
+    ("grpo", "rcc", 0): 0.74, ("grpo", "rcc", 1): 0.82, ("grpo", "rcc", 2): 0.80,
+    ("grpo", "bicc", 0): 0.60, ("grpo", "bicc", 1): 0.60,  # seed 2 fails
+}  # fmt: skip
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """Replace the warm start and train() by stand-ins that write what compare reads."""
+    import contrastive_rlvr.trainer.run as run_module
+
+    calls: list[tuple] = []
+
+    def fake_inputs(cfg, directory):
+        (Path(directory) / "sft-model").mkdir(parents=True, exist_ok=True)
+        (Path(directory) / "sft-model" / "config.json").write_text("{}")
+
+    def fake_train(cfg, progress=True):
+        arm = {(False, False): "plain", (True, False): "bicc", (False, True): "rcc"}[
+            (cfg.bicc, cfg.rcc)
+        ]
+        calls.append((cfg.recipe, arm, cfg.seed))
+        assert (Path(cfg.output_dir) / "sft-model" / "config.json").exists()
+        key = (cfg.recipe, arm, cfg.seed)
+        if key not in AFTER:
+            raise RuntimeError(f"boom in {key}")
+        summary = {"heldout_avg@n_before": 0.5, "heldout_avg@n_after": AFTER[key], "eval_n": 4}
+        (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary))
+
+    monkeypatch.setattr(run_module, "load_run_inputs", fake_inputs)
+    monkeypatch.setattr(run_module, "train", fake_train)
+    return calls
+
+
+def test_table_numbers_by_hand_and_failures_reported(tmp_path, fake_training):
+    spec = cmp.make_spec(
+        recipes="grpo", arms="plain,bicc,rcc", seeds="0,1,2", output_dir=tmp_path / "out"
+    )
+    lines: list[str] = []
+    report = cmp.run_compare(spec, echo=lines.append)
+    assert len(fake_training) == 9
+    rows = {row["arm"]: row for row in report["rows"]}
+    # plain: 0.70, 0.80, 0.75 -> mean 0.75, s = 0.05, half-width = t_{0.975,2} * s / sqrt(3)
+    # = 4.302653 * 0.05 / 1.7320508 = 0.124207
+    assert rows["plain"]["after"]["mean"] == pytest.approx(0.75)
+    assert rows["plain"]["after"]["ci_half_width"] == pytest.approx(0.124207, abs=1e-6)
+    # rcc - plain by seed: 0.04, 0.02, 0.05 -> mean 0.036667, s = 0.0152753,
+    # half-width = 4.302653 * 0.0152753 / 1.7320508 = 0.037946
+    diff = rows["rcc"]["diff_vs_plain"]
+    assert diff["mean"] == pytest.approx(0.036667, abs=1e-6)
+    assert diff["ci_half_width"] == pytest.approx(0.037946, abs=1e-6)
+    # bicc: seeds 0, 1 only (seed 2 failed): differences -0.10, -0.20 -> mean -0.15,
+    # s = sqrt((0.05^2 + 0.05^2) / 1) = 0.0707107, half-width = t_{0.975,1} * s / sqrt(2)
+    # = 12.706205 * 0.0707107 / 1.4142136 = 0.635310
+    diff = rows["bicc"]["diff_vs_plain"]
+    assert rows["bicc"]["seeds"] == [0, 1]
+    assert diff["mean"] == pytest.approx(-0.15)
+    assert diff["ci_half_width"] == pytest.approx(0.635310, abs=1e-6)
+    assert rows["plain"]["before"]["mean"] == 0.5 and rows["plain"]["before"]["ci_half_width"] == 0
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| GRPO | 75.0 ± 12.4 | — | 50.0 ± 0.0 | 3 |" in table
+    # rcc after: (0.74 + 0.82 + 0.80) / 3 = 0.786667 -> "78.7"; deviations -0.046667, 0.033333,
+    # 0.013333 -> s = sqrt(0.0034667 / 2) = 0.0416333, half-width = 4.302653 * 0.0416333 /
+    # 1.7320508 = 0.103424 -> "10.3"
+    assert "| GRPO + RCC | 78.7 ± 10.3 | +3.7 ± 3.8 | 50.0 ± 0.0 | 3 |" in table
+    assert "| GRPO + BiCC | 60.0 ± 0.0 | -15.0 ± 63.5 | 50.0 ± 0.0 | 2 |" in table
+    assert "GRPO + RCC: not distinguishable from the plain arm" in table
+    # the failure is recorded with its message; the other runs went on
+    assert report["failed"] == [
+        {"recipe": "grpo", "arm": "bicc", "seed": 2,
+         "error_file": str(tmp_path / "out" / "grpo" / "bicc" / "seed2" / "error.txt")}
+    ]  # fmt: skip
+    assert "boom in ('grpo', 'bicc', 2)" in (tmp_path / "out/grpo/bicc/seed2/error.txt").read_text()
+    assert any(line.startswith("FAILED grpo/bicc/seed2") for line in lines)
+    assert "grpo/bicc/seed2" in table
+    # second invocation: only the failed run is tried again
+    fake_training.clear()
+    cmp.run_compare(spec, echo=lines.append)
+    assert fake_training == [("grpo", "bicc", 2)]
+
+
+def test_spec_from_yaml_then_flags(tmp_path):
+    spec_file = tmp_path / "c.yaml"
+    spec_file.write_text(
+        "recipes: [grpo, gspo]\narms: [plain, rcc]\nseeds: [3]\njobs: 2\n"
+        "overrides: {max_steps: 5, log_delta: true}\n"
+    )
+    spec = cmp.make_spec(spec_file, seeds="4,5", overrides=["--eval_n", "2"])
+    assert spec.recipes == ["grpo", "gspo"] and spec.arms == ["plain", "rcc"]
+    assert spec.seeds == [4, 5] and spec.jobs == 2
+    assert spec.overrides == ["--max_steps", "5", "--log_delta", "true", "--eval_n", "2"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"arms": "plain,both"}, "unknown arm 'both'"),
+        ({"recipes": "grpo,ppo"}, "unknown recipe 'ppo'"),
+        ({"seeds": "0,0"}, "duplicates"),
+        ({"seeds": "a"}, "integers expected"),
+        ({"jobs": 0}, "jobs=0"),
+        ({"overrides": ["--seed", "3"]}, "set by the matrix"),
+    ],
+)
+def test_bad_spec_raises(flags, message):
+    with pytest.raises(ValueError, match=message):
+        cmp.make_spec(**flags)
+
+
+def test_bad_yaml_field_raises(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("recipe: grpo\n")
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['recipe'\]"):
+        cmp.make_spec(bad)
+
+
+def test_invalid_run_config_fails_before_any_run(tmp_path):
+    spec = cmp.make_spec(recipes="grpo", arms="plain", seeds="0", output_dir=tmp_path,
+                         overrides=["--bicc_context_ratio", "1.5"])  # fmt: skip
+    with pytest.raises(ValueError, match="run grpo/plain/seed0: bicc_context_ratio=1.5"):
+        cmp.run_compare(spec)
+    assert not (tmp_path / "grpo").exists()
