@@ -64,6 +64,31 @@ class RLVRConfig(GRPOConfig):
             "Ignored for model='embedded', which builds its own arithmetic task."
         },
     )
+    rewards: list[str] = field(
+        default_factory=lambda: ["math_verify"],
+        metadata={
+            "help": "Reward functions for a custom dataset: built-in names (math_verify, "
+            "format, gym) or import paths 'pkg.module:fn' / 'file.py:fn'."
+        },
+    )
+    heldout_size: int = field(
+        default=100,
+        metadata={"help": "Custom dataset: rows held out (seeded) for avg@n before and after RL."},
+    )
+    skip_bad_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "Custom dataset: skip malformed rows (counted and logged) instead of "
+            "stopping with an error naming the file, line and field."
+        },
+    )
+    chat_template: bool = field(
+        default=True,
+        metadata={
+            "help": "Custom dataset: send prompts as chat messages when the tokenizer has "
+            "a chat template (with the instruction to box the final answer)."
+        },
+    )
     resume: bool = field(
         default=False, metadata={"help": "Continue from the last checkpoint in output_dir."}
     )
@@ -426,6 +451,14 @@ class RLVRConfig(GRPOConfig):
         )
         _check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         _check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
+        _check(self.heldout_size >= 1, "heldout_size", self.heldout_size, "must be >= 1")
+        _check(
+            self.model == "embedded" or self.dataset is not None,
+            "dataset",
+            self.dataset,
+            f"model={self.model!r} needs a prompt dataset (a .jsonl/.parquet file or a "
+            "Hugging Face dataset name); only model='embedded' brings its own task",
+        )
         for name in ("diagnostics_every", "deltas_every"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0 (0: off)")
         _check(

@@ -22,6 +22,7 @@ is covered by ``tests/test_trainer_hooks.py``):
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -135,53 +136,32 @@ class RLVRTrainer(GRPOTrainer):
         cfg = self.args
         return cfg.beta > 0 or (cfg.rcc and cfg.rcc_reference == "reference") or cfg.log_delta
 
-    def _build_reference_model(self) -> torch.nn.Module | None:
-        """A frozen copy of the initial policy, built as TRL builds its own when beta > 0."""
+    def _build_reference_model(self) -> torch.nn.Module:
+        """A frozen copy of the initial policy (this runs before any update, and before a
+        checkpoint's weights are loaded on resume)."""
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            # Sharded weights cannot be copied in place: rebuild from the path, as TRL does.
             from trl.models import prepare_deepspeed, prepare_fsdp
+
+            model = self.accelerator.unwrap_model(self.model)
+            ref = create_model_from_path(get_config_model_id(model.config), dtype=model.dtype)
+            ref.eval().requires_grad_(False)
+            add_fused_lm_head(ref, temperature=self.temperature)
+            prepare = prepare_deepspeed if self.is_deepspeed_enabled else prepare_fsdp
+            return prepare(ref, self.accelerator)
         model = self.accelerator.unwrap_model(self.model)
         if hasattr(model, "peft_config"):
-            return None  # with PEFT the reference is the model with its adapter disabled
-        name = get_config_model_id(model.config)
-        if not name:
             raise ValueError(
-                "RCC and the delta diagnostics need a frozen reference model, rebuilt from the "
-                "policy's name or path; this model has none. Save it with save_pretrained and "
-                "load it from that directory, or set log_delta=False and rcc=False."
+                "rcc, log_delta and beta > 0 need a frozen reference model, which this trainer "
+                "does not build for a PEFT adapter yet: set rcc=False, log_delta=False, beta=0"
             )
-        ref = create_model_from_path(
-            name, dtype=model.dtype, attn_implementation=model.config._attn_implementation
-        )
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
+        ref = copy.deepcopy(model)
+        # The copy carries the policy's patched forward, which closes over the policy itself:
+        # drop it and patch the copy's own.
+        ref.__dict__.pop("forward", None)
+        ref.eval().requires_grad_(False)
         add_fused_lm_head(ref, temperature=self.temperature)
-        if self.is_deepspeed_enabled:
-            return prepare_deepspeed(ref, self.accelerator)
-        if self.is_fsdp_enabled:
-            return prepare_fsdp(ref, self.accelerator)
         return self.accelerator.prepare_model(ref, evaluation_mode=True)
-
-    def _check_oc_setup(self) -> None:
-        """What OC-GRPO needs before the first step: reference solutions in the dataset, a
-        reference model for KL on the unguided prompt, one process for 'append'."""
-        cfg = self.args
-        columns = getattr(self.train_dataset, "column_names", None)
-        if columns is not None and cfg.oc_solution_column not in columns:
-            raise ValueError(
-                f"oc_solution_column={cfg.oc_solution_column!r}: the train dataset has no such "
-                f"column (columns: {columns}); OC-GRPO cuts its hints from reference solutions"
-            )
-        if cfg.beta > 0 and self.ref_model is None:
-            raise ValueError(
-                "oc_grpo=True with beta > 0 needs a separate reference model (not a PEFT "
-                "adapter) to score guided completions on the unguided prompt; set beta=0"
-            )
-        if cfg.oc_merge == "append" and self.accelerator.num_processes > 1:
-            raise ValueError(
-                "oc_merge='append' gives processes different batch sizes; with several "
-                "processes use oc_merge='replace'"
-            )
 
     # ------------------------------------------------------------------ small helpers
 

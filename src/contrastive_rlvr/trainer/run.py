@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from .callbacks import MetricsJsonl, RichProgress
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
 from .rlvr_trainer import RLVRTrainer
+
+logger = logging.getLogger(__name__)
 
 SFT_DIR = "sft-model"
 SUMMARY_FILE = "summary.json"
@@ -63,14 +66,71 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     )
 
 
+def _custom(config: RLVRConfig) -> dict[str, Any]:
+    """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
+    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training."""
+    from ..algorithms import avg_at_n
+    from ..data import load_prompts
+    from ..evaluation.generate import DEFAULT_INSTRUCTION, HFGenerator, build_prompt
+    from ..models import load_model_and_tokenizer
+    from ..rewards import resolve_reward
+
+    model, tokenizer = load_model_and_tokenizer(config.model)
+    model.train()
+    loaded = load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
+    if loaded.skipped:
+        logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
+    data = loaded.dataset.shuffle(seed=config.seed)
+    if len(data) <= config.heldout_size:
+        raise ValueError(
+            f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
+            f"({len(data)} rows)"
+        )
+    chat = config.chat_template and getattr(tokenizer, "chat_template", None) is not None
+
+    def as_prompt(problem: str):
+        content = f"{problem}\n{DEFAULT_INSTRUCTION}"
+        return [{"role": "user", "content": content}] if chat else f"{content}\n"
+
+    data = data.map(lambda row: {"prompt": as_prompt(row["prompt"])})
+    heldout = data.select(range(config.heldout_size))
+    if config.eval_limit is not None:
+        heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
+    train = data.select(range(config.heldout_size, len(data)))
+    rewards = [resolve_reward(name) for name in config.rewards]
+
+    def evaluate(m) -> float:
+        gen = HFGenerator(
+            m,
+            tokenizer,
+            max_new_tokens=config.max_completion_length,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            batch_size=config.per_device_train_batch_size,
+            chat=chat,
+        )
+        texts = [
+            build_prompt(tokenizer, p[0]["content"] if chat else p.rstrip("\n"), "", chat)
+            for p in heldout["prompt"]
+        ]
+        samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
+        correct = []
+        for i, answer in enumerate(heldout["answer"]):
+            completions = [samples[k][i] for k in range(config.eval_n)]
+            scores = rewards[0](
+                [texts[i]] * config.eval_n, completions, answer=[answer] * config.eval_n
+            )
+            correct.append([s > config.reward_threshold for s in scores])
+        return avg_at_n(correct)
+
+    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+
+
 def load_run_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
     """Model, tokenizer, train dataset, reward functions and held-out evaluator of a run."""
     if config.model == "embedded":
         return _embedded(config, out)
-    raise ValueError(
-        f"model={config.model!r}: only the embedded default is wired into `train` so far; "
-        "see the README for the status of custom models and datasets"
-    )
+    return _custom(config)
 
 
 def train(
