@@ -163,6 +163,27 @@ class RLVRTrainer(GRPOTrainer):
         add_fused_lm_head(ref, temperature=self.temperature)
         return self.accelerator.prepare_model(ref, evaluation_mode=True)
 
+    def _check_oc_setup(self) -> None:
+        """What OC-GRPO needs before the first step: reference solutions in the dataset, a
+        reference model for KL on the unguided prompt, one process for 'append'."""
+        cfg = self.args
+        columns = getattr(self.train_dataset, "column_names", None)
+        if columns is not None and cfg.oc_solution_column not in columns:
+            raise ValueError(
+                f"oc_solution_column={cfg.oc_solution_column!r}: the train dataset has no such "
+                f"column (columns: {columns}); OC-GRPO cuts its hints from reference solutions"
+            )
+        if cfg.beta > 0 and self.ref_model is None:
+            raise ValueError(
+                "oc_grpo=True with beta > 0 needs a separate reference model (not a PEFT "
+                "adapter) to score guided completions on the unguided prompt; set beta=0"
+            )
+        if cfg.oc_merge == "append" and self.accelerator.num_processes > 1:
+            raise ValueError(
+                "oc_merge='append' gives processes different batch sizes; with several "
+                "processes use oc_merge='replace'"
+            )
+
     # ------------------------------------------------------------------ small helpers
 
     def _logps(
