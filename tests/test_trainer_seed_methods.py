@@ -11,9 +11,10 @@ import math
 
 import pytest
 import torch
+import trainer_utils
 from datasets import Dataset
 from test_trainer_hooks import direct_logps, rows
-from trainer_utils import GROUP, make_config, save_tiny_model
+from trainer_utils import GROUP, save_tiny_model
 from transformers import AutoModelForCausalLM
 
 import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
@@ -30,6 +31,12 @@ EACH_CHARACTER = r"[\s\S]"  # VeriGate step rule for the tests: every character 
 def model_dir(tmp_path_factory):
     torch.set_num_threads(1)
     return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def make_config(tmp_path, **overrides) -> RLVRConfig:
+    """The shared test config; the trainer gets its dataset directly, so the ``dataset``
+    field (required for a non-embedded model) only names it."""
+    return trainer_utils.make_config(tmp_path, **{"dataset": "in-memory", **overrides})
 
 
 def dataset(n: int = 16) -> Dataset:
@@ -252,3 +259,54 @@ def test_oc_grpo_needs_the_solution_column(model_dir, tmp_path):
 def test_config_switches_default_off(tmp_path):
     config = RLVRConfig(output_dir=str(tmp_path), report_to="none")
     assert not (config.verigate or config.reco or config.oc_grpo)
+
+
+def parity_keys(completions, texts, identity):
+    """Responses keyed by the parity of their token-id sum: 4 rows, 2 keys, so every
+    group holds a duplicate (weights below 1), and same key means same reward."""
+    return [sum(ids) % 2 for ids in completions]
+
+
+def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, monkeypatch):
+    # Two micro-batches of one group each; their losses must sum to the ReCo loss of the
+    # whole window, whose default normalisers are the window's sum of weights and its own
+    # mean p(1-p) (reco_loss without num_rows / variance_mean).
+    monkeypatch.setattr(rlvr_trainer_module, "response_keys", parity_keys)
+    config = make_config(
+        tmp_path, reco=True, gradient_accumulation_steps=2, per_device_train_batch_size=GROUP
+    )
+    trainer = trainer_for(model_dir, config, token_parity_reward)
+    batch = first_batch(trainer)
+    trainer.current_gradient_accumulation_steps = 2
+    micro = []
+    for step in range(2):
+        trainer._step = step
+        micro.append(trainer._prepare_inputs(batch))
+    total = sum(trainer._compute_loss(trainer.model, m) for m in micro)
+
+    logps, advantages, weights, masks = [], [], [], []
+    for m in micro:
+        with torch.no_grad():
+            logps.append(
+                trainer._logps(
+                    trainer.model,
+                    m["prompt_ids"],
+                    m["prompt_mask"],
+                    m["completion_ids"],
+                    m["completion_mask"],
+                )
+            )
+        advantages.append(m["advantages"])
+        weights.append(m["reco_weights"])
+        masks.append(m["completion_mask"])
+    assert torch.cat(weights).min() < 1, "the test needs a duplicate completion"
+    width = max(x.size(1) for x in masks)
+
+    def cat(parts):
+        return torch.cat([torch.nn.functional.pad(p, (0, width - p.size(1))) for p in parts])
+
+    logp, mask = cat(logps), cat(masks)
+    expected, _ = rlvr_trainer_module.policy_loss(
+        "reco", logp, logp, torch.cat(advantages), mask, weights=torch.cat(weights)
+    )
+    assert total.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)

@@ -1,22 +1,31 @@
-"""``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC.
+"""``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC
+and the seed methods VeriGate, ReCo and OC-GRPO.
 
 TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed,
 PEFT, logging and checkpoints; this class only changes what the algorithm
 core needs changed. Overridden TRL hooks (private API of the pinned TRL; each
-is covered by ``tests/test_trainer_hooks.py``):
+is covered by ``tests/test_trainer_hooks.py``; the seed methods' wiring by
+``tests/test_trainer_seed_methods.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.
 - ``_generate_and_score_completions``: after TRL's generation and scoring,
   recomputes the advantages with the recipe (RCC-corrected when on), builds the
   BiCC prompts, sets the old and reference log-probs the BiCC ratio mode asks
-  for, and logs the diagnostics. Everything that needs a whole group is
-  computed on the batch gathered from all processes, then sliced.
+  for, and logs the diagnostics. Seed methods: OC-GRPO runs a hinted second
+  round for all-fail groups (TRL's generation again) and merges the rescued
+  groups with their unhinted prompt; VeriGate turns gated groups' advantages
+  into token-level process advantages; ReCo adds occurrence weights and the
+  batch's normalisers. Everything that needs a whole group is computed on the
+  batch gathered from all processes, then sliced.
 - ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
 - ``_compute_loss``: the policy log-probs (on the conditioned prompt with BiCC)
-  and the recipe's loss from :mod:`contrastive_rlvr.algorithms`; a non-finite
+  and the recipe's loss from :mod:`contrastive_rlvr.algorithms` (``reco``,
+  ``oc_grpo`` or ``gspo_token`` when a seed method asks for it, via
+  ``seed_method_loss``; guided rows' old log-probs are the hinted sampling
+  ones); a non-finite
   loss is counted and its update skipped (see :class:`SkipNonFiniteUpdates`).
 """
 
