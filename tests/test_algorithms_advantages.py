@@ -66,8 +66,13 @@ def test_all_equal_groups_give_exact_zero(scale_by_std, eps):
     # and its std is ~1e-17, so (R - mean) / std would be O(1) garbage.
     r = torch.tensor([0.1, 0.1, 0.1], dtype=torch.float64)
     assert (r - r.mean()).abs().max() > 0  # the trap is real
-    rewards = torch.cat([r, torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64),
-                         torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64)])
+    rewards = torch.cat(
+        [
+            r,
+            torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64),
+            torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64),
+        ]
+    )
     adv = group_advantages(rewards, 3, scale_by_std=scale_by_std, eps=eps)
     assert not torch.isnan(adv).any()
     assert torch.equal(adv[:6], torch.zeros(6, dtype=torch.float64))
@@ -213,3 +218,17 @@ def test_delta_shape_must_match_rewards():
         rcc_advantages(torch.zeros(4), torch.zeros(3), 2)
     with pytest.raises(ValueError, match="shapes disagree"):
         group_covariance(torch.zeros(4), torch.zeros(6), 2)
+
+
+def test_integer_rewards_are_taken_as_floats():
+    # [1, 0 | 1, 1] as int64: group 1 mean 0.5, Bessel std sqrt(0.5); group 2 all equal.
+    rewards = torch.tensor([1, 0, 1, 1])
+    adv = group_advantages(rewards, 2)
+    s = 0.5**0.5
+    torch.testing.assert_close(adv, torch.tensor([0.5 / (s + 1e-6), -0.5 / (s + 1e-6), 0.0, 0.0]))
+    delta = torch.tensor([0.2, -0.2, 0.0, 0.0])
+    torch.testing.assert_close(
+        rcc_advantages(rewards, delta, 2, scale_by_std=False),
+        # cov = ((0.5)(0.2) + (-0.5)(-0.2)) / 2 = 0.1; b* = 0.5 + 0.2
+        torch.tensor([1 - 0.7, 0 - 0.7, 0.0, 0.0]),
+    )

@@ -25,6 +25,11 @@ from .ops import (
 DEFAULT_EPS = 1e-6
 
 
+def as_float(rewards: Tensor) -> Tensor:
+    """Integer or boolean rewards as float32 (a mean of integers is not defined in torch)."""
+    return rewards if rewards.is_floating_point() else rewards.float()
+
+
 def _centered_rewards(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
     """Per-group centred rewards (B/G, G) and an all-equal flag per group (B/G,).
 
@@ -64,6 +69,7 @@ def group_advantages(
         (B,) advantages.
     """
     num_groups(rewards.shape[0], group_size, min_size=2, what="group_advantages")
+    rewards = as_float(rewards)
     centered, equal = _centered_rewards(rewards, group_size)
     if scale_by_std:
         centered = centered / (_group_std(rewards, group_size, equal) + eps)
@@ -120,6 +126,7 @@ def rcc_baseline(rewards: Tensor, delta: Tensor, group_size: int, *, coef: float
         (B,) the group's baseline repeated on each of its rows.
     """
     num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_baseline")
+    rewards = as_float(rewards)
     check_rows("delta", delta, rewards.shape[0])
     centered, _ = _centered_rewards(rewards, group_size)
     d = group_view(delta.detach().to(rewards.dtype), group_size)
@@ -152,6 +159,7 @@ def rcc_advantages(
         (B,) advantages.
     """
     num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_advantages")
+    rewards = as_float(rewards)
     check_rows("delta", delta, rewards.shape[0])
     centered, equal = _centered_rewards(rewards, group_size)
     b_shift = group_view(rcc_baseline(rewards, delta, group_size, coef=coef), group_size)
