@@ -205,3 +205,17 @@ def test_invalid_run_config_fails_before_any_run(tmp_path):
     with pytest.raises(ValueError, match="run grpo/plain/seed0: bicc_context_ratio=1.5"):
         cmp.run_compare(spec)
     assert not (tmp_path / "grpo").exists()
+
+
+@pytest.mark.slow
+def test_jobs_run_in_child_processes(tmp_path):
+    # two runs at once, each `python -m contrastive_rlvr.compare train ...` in its own process
+    spec = cmp.make_spec(recipes="grpo", arms="plain,rcc", seeds="0", jobs=2,
+                         output_dir=tmp_path / "out", overrides=TINY)  # fmt: skip
+    report = cmp.run_compare(spec, echo=lambda line: None)
+    assert report["failed"] == []
+    for arm in ("plain", "rcc"):
+        summary = json.loads(
+            (tmp_path / "out" / "grpo" / arm / "seed0" / "summary.json").read_text()
+        )
+        assert summary["rcc"] == (arm == "rcc") and summary["steps"] == 2
