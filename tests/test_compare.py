@@ -185,6 +185,7 @@ def test_spec_from_yaml_then_flags(tmp_path):
         ({"seeds": "a"}, "integers expected"),
         ({"jobs": 0}, "jobs=0"),
         ({"overrides": ["--seed", "3"]}, "set by the matrix"),
+        ({"overrides": ["--output-dir=x"]}, "set by the matrix"),
     ],
 )
 def test_bad_spec_raises(flags, message):

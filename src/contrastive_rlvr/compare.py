@@ -103,7 +103,7 @@ class CompareSpec:
         if self.jobs < 1:
             raise ValueError(f"jobs={self.jobs} is invalid: must be >= 1")
         for item in self.overrides:
-            if item.startswith("--") and item[2:].split("=")[0] in MATRIX_FIELDS:
+            if item.startswith("--") and item[2:].split("=")[0].replace("-", "_") in MATRIX_FIELDS:
                 raise ValueError(
                     f"overrides: {item} is set by the matrix for each run; use the recipes, "
                     "arms, seeds and output_dir options instead"
