@@ -10,10 +10,20 @@ the real error.
 
 from __future__ import annotations
 
+import logging
+
 from .advantages import register_estimators
 from .losses import register_policy_losses
-from .trainer import TRAINER_NAME
 
 POLICY_LOSS_NAMES = register_policy_losses()
 ESTIMATOR_NAMES = register_estimators()
-TRAINER_NAMES = [TRAINER_NAME]
+
+try:
+    from .trainer import TRAINER_NAME
+except ImportError as err:
+    # verl's v1 trainers need TransferQueue, which verl does not require; the losses
+    # and estimators work without it (e.g. under verl's legacy trainer).
+    logging.getLogger(__name__).warning("the crlvr_sync trainer is not registered: %s", err)
+    TRAINER_NAMES: list[str] = []
+else:
+    TRAINER_NAMES = [TRAINER_NAME]
