@@ -66,8 +66,6 @@ def _apply(a: int, op: str, b: int) -> int:
         return a + b
     if op == "-":
         return a - b
-    if op == "*":
-        return a * b
     raise ValueError(f"unknown operator {op!r}")
 
 
