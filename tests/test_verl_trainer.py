@@ -291,6 +291,19 @@ def test_compute_advantage_feeds_rcc_the_reference_log_probs(recipes, monkeypatc
 # ----------------------------------------------------------------------------- ConSPO
 
 
+def test_compute_advantage_gives_conspo_targets_with_the_scheduled_margin(recipes, monkeypatch):
+    cfg = with_overrides(recipes["conspo_rcc"], **{"actor_rollout_ref.rollout.n": 2})
+    rows = {"g_0_0": row([1], [5, 6], 1.0), "g_1_0": row([1], [7], 0.0)}
+    for r in rows.values():
+        r["ref_log_prob"] = r["old_log_probs"].clone()  # delta 0: the RCC baseline is the mean
+    trainer, store = make_trainer(cfg, monkeypatch, rows, max_margin=0.01, margin_warmup=0.3)
+    trainer.global_steps = 4  # progress (4 - 1) / 10 = 0.3 = warmup: m = (0.01 / 2)(1 - cos pi)
+    batch = KVBatchMeta(keys=list(rows), tags=[{} for _ in rows], partition_id="train")
+    trainer._compute_advantage(batch, {})
+    assert store.rows["g_0_0"]["advantages"].tolist() == pytest.approx([1.01, 1.01])
+    assert store.rows["g_1_0"]["advantages"].tolist() == [-1.0]
+
+
 def conspo_trainer(recipes, monkeypatch, keys, dp=2):
     cfg = with_overrides(
         recipes["conspo_rcc"],
