@@ -132,8 +132,9 @@ def test_rcc_coef_zero_gives_equal_variances(model_dir, tmp_path):
             assert h["diag/grad_var_rcc"] == pytest.approx(h["diag/grad_var_plain"], rel=1e-6)
 
 
-def test_diagnostics_do_not_change_training(model_dir, tmp_path):
-    with_diag, _ = _train(model_dir, tmp_path / "a", True)
-    without, _ = _train(model_dir, tmp_path / "b", False)
+@pytest.mark.parametrize("bicc", [False, True])
+def test_diagnostics_do_not_change_training(model_dir, tmp_path, bicc):
+    with_diag, _ = _train(model_dir, tmp_path / "a", True, bicc=bicc)
+    without, _ = _train(model_dir, tmp_path / "b", False, bicc=bicc)
     for p, q in zip(with_diag.model.parameters(), without.model.parameters(), strict=True):
         assert torch.equal(p.detach(), q.detach())
