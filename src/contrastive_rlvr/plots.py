@@ -201,7 +201,7 @@ def plot_curves(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
     ax_a.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: training accuracy and held-out avg@n")
     for ax in (ax_r, ax_a):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
     return _finish(fig, out / f"curves_{recipe}.png")
 
 
