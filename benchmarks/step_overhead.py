@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from contrastive_rlvr.embedded import (
@@ -79,6 +80,7 @@ def run_arm(arm: str, model_dir: Path, out: Path, args: dict, train) -> list[flo
         train_dataset=train,
         processing_class=tokenizer,
     )
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     return times[1:]

@@ -67,8 +67,9 @@ def test_custom_model_dataset_and_reward(tmp_path):
 
 
 def test_custom_model_needs_a_dataset(tmp_path):
-    with pytest.raises(ValueError, match="dataset"):
-        parse_config(None, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    config = parse_config(None, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="dataset"):  # before any model loads
+        train(config, progress=False)
 
 
 def test_bad_rows_stop_with_file_line_and_field(tmp_path):

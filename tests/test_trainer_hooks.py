@@ -112,6 +112,16 @@ def test_bicc_logps_are_a_forward_on_the_conditioned_prompt(model_dir, tmp_path,
         out["completion_ids"],
         out["completion_mask"],
     )
+    shared = trainer._logps(
+        trainer.model,
+        out["bicc_prompt_ids"],
+        out["bicc_prompt_mask"],
+        out["completion_ids"],
+        out["completion_mask"],
+        share_prefix=True,
+    )
+    m = out["completion_mask"]
+    torch.testing.assert_close((shared * m).detach(), (logp * m).detach(), atol=1e-5, rtol=0)
     for i, (p, c) in enumerate(zip(conditioned, completions, strict=True)):
         torch.testing.assert_close(
             logp[i, : len(c)].detach(), direct_logps(trainer.model, p, c), atol=1e-5, rtol=1e-5

@@ -187,6 +187,21 @@ class RLVRConfig(GRPOConfig):
             "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). See docs/bicc.md for the measurement."
         },
     )
+    bicc_share_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "Encode each distinct conditioned prompt once and reuse its key/value "
+            "cache for the completions of its partition (same log-probs, fewer tokens)."
+        },
+    )
+    bicc_mix: float = field(
+        default=1.0,
+        metadata={
+            "help": "Share of the policy loss computed on the conditioned prompts; the "
+            "rest on the plain prompts. 1.0 is BiCC as the paper states it; lower values "
+            "are this project's option (docs/bicc.md)."
+        },
+    )
     bicc_context_ratio: float = field(
         default=0.4,
         metadata={
@@ -404,6 +419,13 @@ class RLVRConfig(GRPOConfig):
             self.bicc_ratio_mode,
             f"choose one of {', '.join(BICC_RATIO_MODES)}",
         )
+        _check(0.0 <= self.bicc_mix <= 1.0, "bicc_mix", self.bicc_mix, "must be in [0, 1]")
+        _check(
+            self.bicc_mix == 1.0 or self.recipe != "conspo",
+            "bicc_mix",
+            self.bicc_mix,
+            "mixing plain and conditioned losses is defined for the policy recipes only",
+        )
         _check(
             0.0 < self.bicc_context_ratio < 1.0,
             "bicc_context_ratio",
@@ -452,13 +474,6 @@ class RLVRConfig(GRPOConfig):
         _check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         _check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
         _check(self.heldout_size >= 1, "heldout_size", self.heldout_size, "must be >= 1")
-        _check(
-            self.model == "embedded" or self.dataset is not None,
-            "dataset",
-            self.dataset,
-            f"model={self.model!r} needs a prompt dataset (a .jsonl/.parquet file or a "
-            "Hugging Face dataset name); only model='embedded' brings its own task",
-        )
         for name in ("diagnostics_every", "deltas_every"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0 (0: off)")
         _check(

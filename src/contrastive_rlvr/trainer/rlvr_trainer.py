@@ -62,6 +62,7 @@ from ..algorithms import (
 from ..algorithms.ops import group_view, masked_fill_zero
 from .batching import group_permutation, reorder_rows, split_rows, unpad
 from .config import RLVRConfig
+from .prefix import shared_prefix_logps
 from .seed_inputs import build_process_scorer, guided_rows, response_keys, step_scores_and_index
 from .shaping import OverlongPenalty, take_rows
 
@@ -196,9 +197,30 @@ class RLVRTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ small helpers
 
     def _logps(
-        self, model: torch.nn.Module, prompt_ids, prompt_mask, completion_ids, completion_mask
+        self,
+        model: torch.nn.Module,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        *,
+        share_prefix: bool = False,
     ):
-        """Per-token log-probs (B, C) of the completion after the given prompt."""
+        """Per-token log-probs (B, C) of the completion after the given prompt.
+
+        ``share_prefix``: encode each distinct prompt once (:mod:`.prefix`; same values).
+        It needs the model's key/value cache, so it is skipped under gradient
+        checkpointing, and under DDP, whose wrapper expects one forward per backward.
+        """
+        if (
+            share_prefix
+            and self.args.bicc_share_prefix
+            and not self.args.gradient_checkpointing
+            and self.accelerator.num_processes == 1
+        ):
+            return shared_prefix_logps(
+                model, prompt_ids, prompt_mask, completion_ids, completion_mask
+            )
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attn = torch.cat([prompt_mask, completion_mask], dim=1)
         batch_size = self.args.per_device_train_batch_size
@@ -573,15 +595,24 @@ class RLVRTrainer(GRPOTrainer):
             out["completion_mask"],
         )
         with torch.no_grad():
+            if cfg.bicc_mix < 1.0:
+                # The plain-prompt share of the loss needs the plain old/ref log-probs.
+                for key in ("old_per_token_logps", "ref_per_token_logps"):
+                    if out.get(key) is not None:
+                        out[f"plain_{key}"] = out[key]
             if cfg.bicc_ratio_mode == "paper":
                 # rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)
                 out["old_per_token_logps"] = plain_old
             elif out.get("old_per_token_logps") is not None:
                 # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
                 # old unset and the loss uses the detached current log-probs: the same thing.
-                out["old_per_token_logps"] = self._logps(self.model, *conditioned)
+                out["old_per_token_logps"] = self._logps(
+                    self.model, *conditioned, share_prefix=True
+                )
             if cfg.bicc_ratio_mode == "consistent" and cfg.beta > 0:
-                out["ref_per_token_logps"] = self._logps(self.ref_model, *conditioned)
+                out["ref_per_token_logps"] = self._logps(
+                    self.ref_model, *conditioned, share_prefix=True
+                )
 
     def _log_batch_diagnostics(self, mode, rewards_all, delta_all, g, out) -> None:
         """Per-step diagnostics of the papers (documented in docs/metrics.md)."""
@@ -638,7 +669,12 @@ class RLVRTrainer(GRPOTrainer):
         )
         mask = inputs["completion_mask"]
         logp = self._logps(
-            model, inputs[prompt[0]], inputs[prompt[1]], inputs["completion_ids"], mask
+            model,
+            inputs[prompt[0]],
+            inputs[prompt[1]],
+            inputs["completion_ids"],
+            mask,
+            share_prefix=cfg.bicc,
         )
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
@@ -681,6 +717,10 @@ class RLVRTrainer(GRPOTrainer):
             loss, metrics = policy_loss(
                 self.loss_name, logp, old, advantages, mask, **self._loss_options(inputs, accum)
             )
+        if cfg.bicc and cfg.bicc_mix < 1.0:
+            loss = cfg.bicc_mix * loss + (1.0 - cfg.bicc_mix) * self._plain_share(
+                model, inputs, accum
+            )
         if not torch.isfinite(loss):
             self.nonfinite_losses += 1
             self._nonfinite_pending = True
@@ -689,6 +729,24 @@ class RLVRTrainer(GRPOTrainer):
             self._log(mode, key, self.accelerator.gather(value.reshape(1)).nanmean())
         self._log(mode, "loss/nonfinite_total", self.nonfinite_losses)
         self._log(mode, "loss/skipped_updates_total", self.skipped_updates)
+        return loss
+
+    def _plain_share(self, model, inputs, accum: int) -> torch.Tensor:
+        """The recipe's policy loss on the plain prompts, for ``bicc_mix < 1``."""
+        mask = inputs["completion_mask"]
+        logp = self._logps(
+            model, inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"], mask
+        )
+        old = inputs.get("plain_old_per_token_logps")
+        plain = {**inputs, "ref_per_token_logps": inputs.get("plain_ref_per_token_logps")}
+        loss, _ = policy_loss(
+            self.loss_name,
+            logp,
+            logp.detach() if old is None else old,
+            inputs["advantages"],
+            mask,
+            **self._loss_options(plain, accum),
+        )
         return loss
 
     def _loss_options(self, inputs, accum: int) -> dict[str, Any]:

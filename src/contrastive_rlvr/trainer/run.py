@@ -75,6 +75,12 @@ def _custom(config: RLVRConfig) -> dict[str, Any]:
     from ..models import load_model_and_tokenizer
     from ..rewards import resolve_reward
 
+    if config.dataset is None:
+        raise ValueError(
+            f"dataset=None is invalid: model={config.model!r} needs a prompt dataset (a "
+            ".jsonl/.parquet file or a Hugging Face dataset name); only model='embedded' "
+            "brings its own task"
+        )
     model, tokenizer = load_model_and_tokenizer(config.model)
     model.train()
     loaded = load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
