@@ -191,3 +191,25 @@ def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_pat
     assert any(
         not torch.equal(b, p) for b, p in zip(before, trainer2.model.parameters(), strict=True)
     )
+
+
+def test_bicc_mix_averages_conditioned_and_plain_losses(model_dir, tmp_path):
+    config = make_config(tmp_path, bicc=True, bicc_mix=0.25, beta=0.0)
+    trainer = make_trainer(model_dir, config)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer._step = 0
+    inputs = trainer._prepare_inputs(first_generation_batch(trainer))
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def grads():
+        loss = trainer._compute_loss(trainer.model, inputs)
+        return torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
+
+    mixed = grads()
+    config.bicc_mix = 1.0
+    conditioned = grads()
+    config.bicc = False
+    plain = grads()
+    # 0.25 of the loss on the conditioned prompts, 0.75 on the plain ones.
+    torch.testing.assert_close(mixed, 0.25 * conditioned + 0.75 * plain, atol=1e-6, rtol=1e-4)
+    assert (conditioned - plain).abs().max() > 1e-4

@@ -181,7 +181,7 @@ class RLVRConfig(GRPOConfig):
     # ------------------------------------------------------------------ BiCC
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
     bicc_ratio_mode: Literal["paper", "consistent"] = field(
-        default="consistent",
+        default="paper",
         metadata={
             "help": "'paper': pi_theta(o|[q;O_opp]) / pi_old(o|q); 'consistent': "
             "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). See docs/bicc.md for the measurement."
