@@ -5,7 +5,9 @@ Arms, on one model and config (the embedded task, G = 8, 4 prompts a step):
 - ``trl``: stock ``trl.GRPOTrainer`` (loss_type grpo, beta 0, clip 0.2);
 - ``grpo``: ``RLVRTrainer`` with the same settings (no BiCC, no RCC, no delta log);
 - ``bicc``: as ``grpo`` with BiCC on (context ratio 0.4);
-- ``rcc``: as ``grpo`` with RCC on (frozen reference).
+- ``rcc``: as ``grpo`` with RCC on (frozen reference);
+- ``bicc_noshare``: BiCC with ``share_prefix`` off; ``bicc_consistent``: BiCC in
+  the consistent ratio mode (no plain-prompt old log-probs to compute on-policy).
 
 The arms alternate round by round, so a slow spell of the shared machine hits
 all of them; each round trains every arm for ``--steps`` steps and keeps TRL's
@@ -68,7 +70,13 @@ def run_arm(arm: str, model_dir: Path, out: Path, args: dict, train) -> list[flo
         config = GRPOConfig(**args, loss_type="grpo", epsilon=0.2, scale_rewards="group")
         cls = GRPOTrainer
     else:
-        switches = {"grpo": {}, "bicc": {"bicc": True}, "rcc": {"rcc": True}}[arm]
+        switches = {
+            "grpo": {},
+            "bicc": {"bicc": True},
+            "bicc_noshare": {"bicc": True, "share_prefix": False},
+            "bicc_consistent": {"bicc": True, "bicc_ratio_mode": "consistent"},
+            "rcc": {"rcc": True},
+        }[arm]
         config = RLVRConfig(
             **args, recipe="grpo", log_delta=False, bicc_context_ratio=0.4, **switches
         )
@@ -117,7 +125,7 @@ def main() -> None:
         tmp / "out", opts.steps, opts.group, opts.prompts, opts.max_completion_length
     )
 
-    arms = ["trl", "grpo", "bicc", "rcc"]
+    arms = ["trl", "grpo", "bicc", "bicc_noshare", "bicc_consistent", "rcc"]
     times: dict[str, list[float]] = {a: [] for a in arms}
     started = time.perf_counter()
     for r in range(opts.rounds):
@@ -135,12 +143,16 @@ def main() -> None:
         f"{opts.threads} thread(s)):"
     )
     for arm in arms:
-        print(f"  {arm:5s} {median[arm] * 1000:8.1f} ms")
+        print(f"  {arm:12s} {median[arm] * 1000:8.1f} ms")
     ratios = {
         "grpo/trl": median["grpo"] / median["trl"],
         "bicc/grpo": median["bicc"] / median["grpo"],
         "rcc/grpo": median["rcc"] / median["grpo"],
     }
+    print(
+        f"  bicc/grpo without the shared prefix: {median['bicc_noshare'] / median['grpo']:.3f}; "
+        f"in the consistent ratio mode: {median['bicc_consistent'] / median['grpo']:.3f}"
+    )
     for name, value in ratios.items():
         verdict = "ok" if value <= TARGETS[name] else "ABOVE TARGET"
         print(f"  {name:10s} {value:.3f}  (target <= {TARGETS[name]:.2f}: {verdict})")

@@ -187,10 +187,10 @@ class RLVRConfig(GRPOConfig):
             "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). See docs/bicc.md for the measurement."
         },
     )
-    bicc_share_prefix: bool = field(
+    share_prefix: bool = field(
         default=True,
         metadata={
-            "help": "Encode each distinct conditioned prompt once and reuse its key/value "
+            "help": "BiCC: encode each distinct conditioned prompt once and reuse its key/value "
             "cache for the completions of its partition (same log-probs, fewer tokens)."
         },
     )

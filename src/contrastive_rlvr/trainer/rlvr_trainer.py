@@ -214,9 +214,11 @@ class RLVRTrainer(GRPOTrainer):
         """
         if (
             share_prefix
-            and self.args.bicc_share_prefix
+            and self.args.share_prefix
             and not self.args.gradient_checkpointing
             and self.accelerator.num_processes == 1
+            # pass 1 encodes the prompt less its last token: it must not be empty
+            and int(prompt_mask.sum(1).min()) >= 2
         ):
             return shared_prefix_logps(
                 model, prompt_ids, prompt_mask, completion_ids, completion_mask
