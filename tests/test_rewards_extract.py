@@ -60,6 +60,10 @@ def test_last_number_fallback_only_when_asked():
     text = "She pays 3 * 6 = 18 dollars, so 1,250.5 in total."
     assert extract_answer(text) is None
     assert extract_answer(text, last_number_fallback=True) == "1250.5"
+    # an empty box (the prompt's "within \boxed{}" echoed) does not hide the number
+    echoed = "The answer is 120. Put it within \\boxed{}."
+    assert extract_answer(echoed, last_number_fallback=True) == "120"
+    assert extract_answer(echoed) is None
     # a boxed answer beats the fallback
     assert extract_answer("\\boxed{7} and 8", last_number_fallback=True) == "7"
     assert last_number("x is -3/4.") == "-3/4"

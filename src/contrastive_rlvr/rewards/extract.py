@@ -11,6 +11,9 @@ often restate or correct themselves before the final answer):
    matched with nesting, so ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``.
 3. Optionally, the last number in the text (``-1,234.5``, ``3/4``).
 
+Empty tags or an empty box (``within \\boxed{}`` echoed from the prompt)
+count as absent.
+
 Extraction runs in the calling process; only math-verify's parsing and
 comparison run in the worker pool.
 """
@@ -104,14 +107,14 @@ def last_number(text: str) -> str | None:
 
 def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | None:
     """The final answer in a completion, or None if it states none (see the module doc)."""
+    # An empty tag pair or box ("within \\boxed{}." copied from the prompt)
+    # states nothing, so the search goes on as if it were absent.
     tagged = answer_tag(text)
-    if tagged is not None:
-        boxed = last_boxed(tagged)
-        answer = boxed if boxed is not None else tagged
-        return answer or None
+    if tagged:
+        return last_boxed(tagged) or tagged
     boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed or None
+    if boxed:
+        return boxed
     if last_number_fallback:
         return last_number(text)
     return None
