@@ -30,7 +30,7 @@ REASONING = "Let me work through this step by step.\nFirst we set up the equatio
 
 def synthetic(rng: random.Random, n: int) -> list[tuple[str, str]]:
     """``n`` (completion, gold) pairs in the five styles of the module docstring."""
-    golds = load_benchmark("math500")["answer"] + load_benchmark("gsm8k")["answer"]
+    golds = list(load_benchmark("math500")["answer"]) + list(load_benchmark("gsm8k")["answer"])
     pairs = []
     for _ in range(n):
         gold = rng.choice(golds)
