@@ -124,6 +124,8 @@ def test_table_numbers_by_hand_and_failures_reported(tmp_path, fake_training):
     lines: list[str] = []
     report = cmp.run_compare(spec, echo=lines.append)
     assert len(fake_training) == 9
+    assert "model: embedded" in (tmp_path / "out" / "base-config.yaml").read_text()
+    assert report["spec"]["config"] == str(tmp_path / "out" / "base-config.yaml")
     rows = {row["arm"]: row for row in report["rows"]}
     # plain: 0.70, 0.80, 0.75 -> mean 0.75, s = 0.05, half-width = t_{0.975,2} * s / sqrt(3)
     # = 4.302653 * 0.05 / 1.7320508 = 0.124207

@@ -3,6 +3,8 @@
 Every run is what ``contrastive-rlvr train`` runs, its output in
 ``OUT/<recipe>/<arm>/seed<k>``:
 
+- every run reads ``OUT/base-config.yaml``, a copy of the config YAML made when
+  ``compare`` starts (edits of the original during a matrix change no run);
 - a run whose ``summary.json`` exists is not run again;
 - a failed run leaves ``error.txt`` (exit code and the end of its log) and the
   others go on; ``train.log`` holds each run's output;
@@ -59,6 +61,7 @@ ARM_SUFFIX = {"plain": "", "bicc": " + BiCC", "rcc": " + RCC", "bicc+rcc": " + B
 #: Set per run by the matrix; an override of these in ``overrides`` is refused.
 MATRIX_FIELDS = ("recipe", "bicc", "rcc", "seed", "output_dir")
 SFT_CACHE = "sft-cache"
+BASE_CONFIG = "base-config.yaml"
 SFT_KEY_FILE = "key.json"
 LOG_TAIL_CHARS = 4000
 CI_LEVEL = 0.95
@@ -344,10 +347,20 @@ def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
 
 
 def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
-    """Run the matrix (finished runs skipped), then write results.md and results.json."""
+    """Run the matrix (finished runs skipped), then write results.md and results.json.
+
+    The config YAML is copied to ``OUT/base-config.yaml`` first and every run reads
+    that copy, so that an edit of the original while the matrix runs changes no run.
+    """
+    from .trainer.parse import default_config_path
+
     runs = plan_runs(spec)
     out = Path(spec.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    source = Path(spec.config) if spec.config else default_config_path()
+    base = out / BASE_CONFIG
+    base.write_text(f"# copied from {source}\n" + source.read_text())
+    spec = dataclasses.replace(spec, config=str(base))
     started = time.perf_counter()
     pending = [r for r in runs if not (r.output_dir / "summary.json").exists()]
     sft_errors: dict[int, str] = {}
