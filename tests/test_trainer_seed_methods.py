@@ -11,10 +11,9 @@ import math
 
 import pytest
 import torch
-import trainer_utils
 from datasets import Dataset
 from test_trainer_hooks import direct_logps, rows
-from trainer_utils import GROUP, save_tiny_model
+from trainer_utils import GROUP, make_config, save_tiny_model
 from transformers import AutoModelForCausalLM
 
 import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
@@ -31,12 +30,6 @@ EACH_CHARACTER = r"[\s\S]"  # VeriGate step rule for the tests: every character 
 def model_dir(tmp_path_factory):
     torch.set_num_threads(1)
     return save_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-def make_config(tmp_path, **overrides) -> RLVRConfig:
-    """The shared test config; the trainer gets its dataset directly, so the ``dataset``
-    field (required for a non-embedded model) only names it."""
-    return trainer_utils.make_config(tmp_path, **{"dataset": "in-memory", **overrides})
 
 
 def dataset(n: int = 16) -> Dataset:
