@@ -7,7 +7,12 @@ is computed, and that a few steps train.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -303,3 +308,57 @@ def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, 
         "reco", logp, logp, torch.cat(advantages), mask, weights=torch.cat(weights)
     )
     assert total.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+
+
+MULTI_SCRIPT = Path(__file__).parent / "scripts" / "seed_methods_run.py"
+
+
+def launch(args: list[str], processes: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, str(MULTI_SCRIPT), *args]
+    if processes > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+               str(processes), "--master_port", "29523", str(MULTI_SCRIPT), *args]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def compare_launches(one: Path, two: Path, methods: tuple[str, ...]) -> None:
+    """The rows of both processes, in rank order, equal the single process's rows."""
+    for method in methods:
+        a = json.loads((one / f"{method}_rank0.json").read_text())
+        ranks = [json.loads((two / f"{method}_rank{r}.json").read_text()) for r in (0, 1)]
+        assert len(a) == 2
+        for step, step_a in enumerate(a):
+            merged = {k: ranks[0][step][k] for k in step_a}
+            for key, value in merged.items():
+                if value is not None:
+                    merged[key] = value + ranks[1][step][key]
+            assert merged["prompts"] == step_a["prompts"]
+            assert merged["rewards"] == step_a["rewards"]
+            assert merged["reco_weights"] == step_a["reco_weights"]
+            if method == "reco":  # the duplicate completion of each group: weight 1/2
+                assert sorted(step_a["reco_weights"])[:2] == [0.5, 0.5]
+            assert merged["oc_guided"] == step_a["oc_guided"]
+            for x, y in zip(merged["advantages"], step_a["advantages"], strict=True):
+                assert x == pytest.approx(y, abs=1e-5)
+        flat = [abs(v) for row in a[0]["advantages"] for v in row]
+        assert max(flat) > 0, f"{method}: the step should carry a gradient"
+
+
+@pytest.mark.slow  # four launches, two to three minutes
+def test_two_processes_match_one(model_dir, tmp_path):
+    # Fixed completions (a function of prompt and place in the group): one process and
+    # two processes see the same batch, so every gathered group statistic must agree.
+    # First whole groups on each process (all three methods), then one group split
+    # across the two processes (VeriGate and ReCo; OC-GRPO needs whole groups).
+    one, two = tmp_path / "one", tmp_path / "two"
+    launch([str(model_dir), str(one), str(2 * GROUP)], processes=1)
+    launch([str(model_dir), str(two), str(GROUP)], processes=2)
+    compare_launches(one, two, ("verigate", "reco", "oc_grpo"))
+    assert all(json.loads((one / "oc_grpo_rank0.json").read_text())[0]["oc_guided"])
+    split = ("verigate", "reco")
+    one, two = tmp_path / "one-split", tmp_path / "two-split"
+    launch([str(model_dir), str(one), str(GROUP), ",".join(split)], processes=1)
+    launch([str(model_dir), str(two), str(GROUP // 2), ",".join(split)], processes=2)
+    compare_launches(one, two, split)
