@@ -362,3 +362,50 @@ def test_two_processes_match_one(model_dir, tmp_path):
     launch([str(model_dir), str(one), str(GROUP), ",".join(split)], processes=1)
     launch([str(model_dir), str(two), str(GROUP // 2), ",".join(split)], processes=2)
     compare_launches(one, two, split)
+
+
+def three_kinds_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """By the prompt's first number n: n <= 5 all right, 6..10 all wrong unless hinted
+    (then the first row of the group is right), n >= 11 the first row of the group right."""
+    out = []
+    for i, p in enumerate(prompts):
+        n = int(p.removeprefix("Hint: 12+\n").split("+")[0])
+        first = float(i % GROUP == 0)
+        out.append(1.0 if n <= 5 else first if (n >= 11 or p.startswith("Hint: ")) else 0.0)
+    return out
+
+
+def test_oc_grpo_then_dynamic_sampling(model_dir, tmp_path):
+    # DAPO: OC-GRPO rescues the all-wrong group first, then dynamic sampling replaces the
+    # all-right group by a mixed one; the merged batch keeps the guided rows' entries.
+    config = make_config(
+        tmp_path,
+        recipe="dapo",
+        oc_grpo=True,
+        overlong_punishment=False,
+        dynamic_sampling_max_rounds=10,
+    )
+    trainer = trainer_for(model_dir, config, three_kinds_reward)
+    trainer.model.train()
+    rows_in = [dict(dataset()[n]) for n in (0, 7) for _ in range(GROUP)]
+    out = trainer._generate_and_score_completions(rows_in)
+    prompts = [
+        trainer.processing_class.decode(p, skip_special_tokens=True)
+        for p in rows(out["prompt_ids"], out["prompt_mask"])
+    ]
+    first = [int(p.split("+")[0]) for p in prompts]
+    assert all(n >= 11 for n in first[:GROUP])  # the all-right group, replaced
+    assert first[GROUP:] == [7] * GROUP  # the rescued group, on its unhinted prompt
+    assert out["oc_guided"].tolist() == [False] * GROUP + [True] * GROUP
+    assert out["rewards"].tolist() == [1.0, 0.0, 0.0, 0.0] * 2
+    assert out["oc_sampling_logps"][:GROUP].abs().sum() == 0  # unguided rows: unused zeros
+    trainer.current_gradient_accumulation_steps = 1
+    assert torch.isfinite(trainer._compute_loss(trainer.model, out))
+
+
+def test_verigate_with_gspo_uses_gspo_token(model_dir, tmp_path):
+    options, reward = SWITCHES["verigate"]
+    trainer = trainer_for(model_dir, make_config(tmp_path, recipe="gspo", **options), reward)
+    assert trainer.loss_name == "gspo_token"
+    trainer.train()
+    assert trainer.nonfinite_losses == 0
