@@ -22,9 +22,11 @@ from trainer_utils import GROUP, make_config, save_tiny_model
 from transformers import AutoModelForCausalLM
 
 import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
-from contrastive_rlvr.algorithms import group_advantages, verigate_advantages
+from contrastive_rlvr.algorithms import ArithmeticStepScorer, group_advantages, verigate_advantages
 from contrastive_rlvr.embedded import load_char_tokenizer
+from contrastive_rlvr.process_scorers import PRMScorer
 from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
+from contrastive_rlvr.trainer.seed_inputs import build_process_scorer, guided_rows, response_keys
 
 SOLUTION = "12+5=17"  # hint at fraction 0.5: the first floor(0.5 * 7) = 3 characters, "12+"
 SCORER = "test_trainer_seed_methods:digit_scorer"
@@ -409,3 +411,41 @@ def test_verigate_with_gspo_uses_gspo_token(model_dir, tmp_path):
     assert trainer.loss_name == "gspo_token"
     trainer.train()
     assert trainer.nonfinite_losses == 0
+
+
+def test_build_process_scorer_specs(tmp_path):
+    assert isinstance(build_process_scorer("arithmetic"), ArithmeticStepScorer)
+    prm = build_process_scorer(str(tmp_path))  # a directory: a local PRM, loaded lazily
+    assert isinstance(prm, PRMScorer) and prm.path == tmp_path
+    fn = build_process_scorer(SCORER)
+    assert fn("", ["1", "a", "7"]) == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="verigate_scorer='no_such_module:f'"):
+        build_process_scorer("no_such_module:f")
+
+
+def test_response_keys_by_answer():
+    ids = [[1, 2], [3, 4], [5], [5]]
+    texts = ["14+3=17", "so 17", "no answer", "no answer"]
+    keys = response_keys(ids, texts, "answer")
+    # The first two state the same final number; the last two state none and are
+    # the same token ids: two pairs of equal keys.
+    assert keys[0] == keys[1] and keys[2] == keys[3] and keys[0] != keys[2]
+    assert response_keys([[5], [6]], None, "tokens") == [("tokens", (5,)), ("tokens", (6,))]
+
+
+def test_guided_rows_text_and_chat_prompts():
+    rows_in = [
+        {"prompt": "5+9+3+2=", "solution": "14+3=17,17+2=19"},
+        {"prompt": [{"role": "user", "content": "5+9+3+2="}], "solution": "14+3=17,17+2=19"},
+    ]
+    out = guided_rows(
+        rows_in, column="solution", fraction=0.5, unit="chars", template="H:{hint}|{prompt}"
+    )
+    # floor(0.5 * 15) = 7 characters: "14+3=17".
+    assert out[0]["prompt"] == "H:14+3=17|5+9+3+2="
+    assert out[1]["prompt"] == [{"role": "user", "content": "H:14+3=17|5+9+3+2="}]
+    assert rows_in[1]["prompt"][0]["content"] == "5+9+3+2="  # the dataset row is untouched
+    with pytest.raises(ValueError, match="column 'reference'"):
+        guided_rows(
+            rows_in, column="reference", fraction=0.5, unit="chars", template="{hint}{prompt}"
+        )
