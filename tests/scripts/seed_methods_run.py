@@ -1,7 +1,7 @@
 """Run 2 steps with each seed method (VeriGate, ReCo, OC-GRPO) on fixed completions and dump,
 per process, what each step's scored batch holds (used by tests/test_trainer_seed_methods.py,
 launched with one process or with ``torch.distributed.run --nproc_per_node 2``).
-Arguments: model_dir out_dir per_device_train_batch_size [methods, comma-separated].
+Arguments: model_dir out_dir plan (e.g. ``verigate:4,reco:4,oc_grpo:8``).
 
 Writes ``<out_dir>/<method>_rank<i>.json``: per step, the local rows' prompts, rewards,
 token advantages (trimmed to each completion), ReCo weights and OC-GRPO guided flags.
@@ -132,11 +132,13 @@ def run(method: str, model_dir: Path, out_dir: Path, per_device: int) -> None:
     (out_dir / f"{method}_rank{rank}.json").write_text(json.dumps(steps))
 
 
-def main(model_dir: str, out_dir: str, per_device: int, methods: str = ",".join(SWITCHES)) -> None:
+def main(model_dir: str, out_dir: str, plan: str) -> None:
+    """``plan``: comma-separated ``method:per_device_train_batch_size`` items."""
     torch.set_num_threads(1)
-    for method in methods.split(","):
-        run(method, Path(model_dir), Path(out_dir), per_device)
+    for item in plan.split(","):
+        method, per_device = item.split(":")
+        run(method, Path(model_dir), Path(out_dir), int(per_device))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
