@@ -74,3 +74,23 @@ def test_yaml_unknown_key_and_bad_value(tmp_path):
         parse_config(wrong, [])
     with pytest.raises(ValueError, match="does not exist"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+def test_cli_lists_the_fields():
+    from typer.testing import CliRunner
+
+    from contrastive_rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--fields"])
+    assert result.exit_code == 0
+    assert "--bicc_context_ratio" in result.output and "--learning_rate" in result.output
+
+
+def test_cli_reports_a_bad_value_without_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from contrastive_rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--bicc_context_ratio", "1.5"])
+    assert result.exit_code == 2
+    assert "bicc_context_ratio=1.5 is invalid" in result.output

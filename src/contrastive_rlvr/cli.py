@@ -34,13 +34,20 @@ def train(
     config: Path | None = typer.Option(
         None, "--config", help="YAML file of RLVRConfig fields (default: the embedded default)."
     ),
+    fields: bool = typer.Option(
+        False, "--fields", help="List every RLVRConfig field with its meaning, and exit."
+    ),
 ) -> None:
     """Train. With no arguments: the embedded default (tiny model, arithmetic task,
     SFT warm start, then GRPO + BiCC + RCC), offline. Any RLVRConfig field can be
-    given as --field value after the YAML, e.g. --recipe dapo --bicc false."""
+    given as --field value after the YAML, e.g. --recipe dapo --bicc false
+    (`--fields` lists them)."""
     from .trainer import train as run_training
-    from .trainer.parse import parse_config
+    from .trainer.parse import config_help, parse_config
 
+    if fields:
+        typer.echo(config_help())
+        raise typer.Exit(0)
     try:
         cfg = parse_config(config, list(ctx.args))
     except ValueError as err:

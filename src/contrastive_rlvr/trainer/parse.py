@@ -42,3 +42,8 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
     return config
+
+
+def config_help() -> str:
+    """argparse's help for every RLVRConfig field (TRL's and this project's)."""
+    return HfArgumentParser(RLVRConfig).format_help()
