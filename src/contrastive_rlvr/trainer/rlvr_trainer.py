@@ -25,8 +25,9 @@ is covered by ``tests/test_trainer_hooks.py``; the seed methods' wiring by
   and the recipe's loss from :mod:`contrastive_rlvr.algorithms` (``reco``,
   ``oc_grpo`` or ``gspo_token`` when a seed method asks for it, via
   ``seed_method_loss``; guided rows' old log-probs are the hinted sampling
-  ones); a non-finite
-  loss is counted and its update skipped (see :class:`SkipNonFiniteUpdates`).
+  ones); with ``bicc_mix < 1`` that share of the loss is on the conditioned
+  prompts and the rest on the plain ones; a non-finite loss is counted and its
+  update skipped (see :class:`SkipNonFiniteUpdates`).
 """
 
 from __future__ import annotations
