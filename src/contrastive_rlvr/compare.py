@@ -37,8 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from .stats import mean_ci, paired_difference_ci
 
 #: arm name -> (bicc, rcc)
@@ -116,16 +114,9 @@ class CompareSpec:
 def load_compare_yaml(path: str | Path) -> dict:
     """The CompareSpec fields in a YAML file. ``overrides`` may be a mapping
     ``field: value`` or a list of ``--field value`` strings."""
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"compare file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"compare file {path} must hold a mapping of field: value")
-    known = {f.name for f in dataclasses.fields(CompareSpec)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"compare file {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
+    from .trainer.parse import load_yaml
+
+    data = load_yaml(path, CompareSpec, what="compare file")
     overrides = data.get("overrides")
     if isinstance(overrides, dict):
         data["overrides"] = [s for k, v in overrides.items() for s in (f"--{k}", _flag(v))]

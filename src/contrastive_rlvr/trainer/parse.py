@@ -19,18 +19,19 @@ def default_config_path() -> Path:
     return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
 
 
-def load_yaml(path: str | Path) -> dict:
-    """The mapping in a YAML config file; unknown keys raise naming them and the file."""
+def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config file") -> dict:
+    """The mapping in a YAML file of ``schema``'s fields; unknown keys raise naming them,
+    the valid ones and the file."""
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"config file {path} does not exist")
+        raise ValueError(f"{what} {path} does not exist")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of field: value")
-    known = {f.name for f in dataclasses.fields(RLVRConfig)}
+        raise ValueError(f"{what} {path} must hold a mapping of field: value")
+    known = {f.name for f in dataclasses.fields(schema)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"config file {path}: unknown field(s) {unknown}")
+        raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
     return data
 
 

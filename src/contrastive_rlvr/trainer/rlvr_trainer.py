@@ -49,6 +49,7 @@ from ..algorithms import (
     conspo_margin,
     gated_groups,
     get_recipe,
+    group_covariance,
     informative_groups,
     loss_option_names,
     oc_merge,
@@ -625,8 +626,7 @@ class RLVRTrainer(GRPOTrainer):
         self._log(mode, "adv/collapse_rate", collapse_rate(rewards_all, g))
         stats = {"rewards": rewards_all.detach().cpu()}
         if delta_all is not None:
-            r, d = group_view(rewards_all, g), group_view(delta_all.to(rewards_all.dtype), g)
-            cov = ((r - r.mean(1, keepdim=True)) * (d - d.mean(1, keepdim=True))).mean(1)
+            cov = group_covariance(rewards_all, delta_all.to(rewards_all.dtype), g)
             self._log(mode, "rcc/cov", cov.mean())
             self._log(mode, "rcc/delta_mean", delta_all.mean())
             if correct.any():
@@ -634,9 +634,8 @@ class RLVRTrainer(GRPOTrainer):
             if (~correct).any():
                 self._log(mode, "rcc/delta_wrong", delta_all[~correct].mean())
             if cfg.rcc:
-                shift = rcc_baseline(rewards_all, delta_all, g, coef=cfg.rcc_coef) - r.mean(
-                    1
-                ).repeat_interleave(g)
+                group_mean = group_view(rewards_all, g).mean(1).repeat_interleave(g)
+                shift = rcc_baseline(rewards_all, delta_all, g, coef=cfg.rcc_coef) - group_mean
                 self._log(mode, "rcc/baseline_shift", shift.abs().mean())
             stats["delta"] = delta_all.detach().cpu()
         if "advantages" in out and out["advantages"].dim() == 1:

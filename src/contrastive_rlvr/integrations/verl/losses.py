@@ -27,12 +27,11 @@ Metrics come back as floats under ``crlvr/<core key>`` (e.g. ``crlvr/clip/frac``
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from verl.trainer.ppo import core_algos
 
-from ...algorithms import conspo_loss, get_policy_loss, policy_loss
+from ...algorithms import conspo_loss, get_policy_loss, loss_option_names, policy_loss
 from ...algorithms.ops import Tensor, masked_mean
 from .config import CrlvrPolicyLossConfig
 from .groups import decode_conspo_targets
@@ -86,7 +85,7 @@ class CoreLossAdapter:
     def __init__(self, name: str) -> None:
         self.spec = get_policy_loss(name)
         self.name = PREFIX + name
-        self.accepted = set(inspect.signature(self.spec.fn).parameters)
+        self.accepted = loss_option_names(name)
 
     def __call__(
         self,
