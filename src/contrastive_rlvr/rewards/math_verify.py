@@ -24,6 +24,21 @@ unless noted):
 - ``reward/errors``: math-verify raised an exception.
 - ``reward/worker_restarts``: workers started to replace killed or dead ones.
 - ``reward/worker_crashes``: workers found dead, busy or idle (counts processes, not answers).
+
+Verifier counters (:meth:`MathVerifyReward.counters`): the trouble counts
+above under stable ``verifier/...`` names, cumulative since the reward was
+made and never reset (:meth:`~MathVerifyReward.reset_stats` leaves them), so
+that a training run can log them every step
+(:class:`.logging.VerifierCountersCallback`):
+
+- ``verifier/timeouts``: answers whose worker alarm fired.
+- ``verifier/killed``: answers whose worker missed the deadline and was killed.
+- ``verifier/crashed``: answers whose worker died while checking them.
+- ``verifier/errors``: answers on which math-verify raised.
+- ``verifier/worker_restarts``: workers started to replace killed, dead or
+  interrupted ones.
+- ``verifier/worker_crashes``: worker processes found dead, busy or idle.
+- ``verifier/server_restarts``: verifier servers found dead and started again.
 """
 
 from __future__ import annotations
@@ -53,6 +68,22 @@ _METRIC_OF_STATUS = {
     st.CRASHED: "reward/crashes",
     st.ERROR: "reward/errors",
 }
+#: The keys of :meth:`MathVerifyReward.counters`, in a fixed order.
+COUNTER_KEYS: tuple[str, ...] = (
+    "verifier/timeouts",
+    "verifier/killed",
+    "verifier/crashed",
+    "verifier/errors",
+    "verifier/worker_restarts",
+    "verifier/worker_crashes",
+    "verifier/server_restarts",
+)
+_COUNTER_OF_STATUS = {
+    st.TIMEOUT: "verifier/timeouts",
+    st.KILLED: "verifier/killed",
+    st.CRASHED: "verifier/crashed",
+    st.ERROR: "verifier/errors",
+}
 
 
 @dataclass(frozen=True)
@@ -79,7 +110,10 @@ class MathVerifyReward:
             completion's last number as its answer (GSM8K-style outputs).
         max_answer_chars: longer extracted answers score 0 without being
             parsed (``reward/too_long``); None checks any length.
-        start_method: multiprocessing start method for the workers.
+        start_method: how workers start: ``"forkserver"`` (forks of one warm
+            verifier server, milliseconds each) or ``"spawn"`` (a fresh
+            interpreter per worker, about a second each); neither imports
+            the caller's ``__main__`` (:mod:`.pool`).
 
     ``reward(prompts, completions, answer=[...])`` returns one float per
     completion; completions may be strings or chat message lists. The pool
@@ -107,6 +141,7 @@ class MathVerifyReward:
         self._pool = VerifierPool(workers, timeout, start_method=start_method)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._counters: Counter[str] = Counter()
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -164,6 +199,9 @@ class MathVerifyReward:
                 events = self._pool.events - events_before
                 self._counts["reward/worker_restarts"] += events["restarts"]
                 self._counts["reward/worker_crashes"] += events[st.CRASHED]
+                self._counters["verifier/worker_restarts"] += events["restarts"]
+                self._counters["verifier/worker_crashes"] += events[st.CRASHED]
+                self._counters["verifier/server_restarts"] += events["server_restarts"]
             scores = [
                 AnswerScore(1.0 if s == st.CORRECT else 0.0, a, s)
                 for s, a in zip(statuses, answers, strict=True)
@@ -172,6 +210,8 @@ class MathVerifyReward:
             self._counts["reward/answers"] += len(scores)
             for s in scores:
                 self._counts[_METRIC_OF_STATUS[s.status]] += 1
+                if s.status in _COUNTER_OF_STATUS:
+                    self._counters[_COUNTER_OF_STATUS[s.status]] += 1
         return scores
 
     def __call__(
@@ -201,13 +241,27 @@ class MathVerifyReward:
             out.update({k: float(v) for k, v in self._counts.items()})
             return out
 
+    def counters(self) -> dict[str, float]:
+        """Cumulative verifier trouble counts under :data:`COUNTER_KEYS` (module docstring).
+
+        Counted since the reward was made, across :meth:`close` and
+        :meth:`reset_stats`; every key is present, zeros included.
+        """
+        with self._lock:
+            return {key: float(self._counters[key]) for key in COUNTER_KEYS}
+
+    @property
+    def worker_start_seconds(self) -> list[float]:
+        """Start-up time of every worker started so far, replacements included."""
+        return list(self._pool.start_seconds)
+
     def reset_stats(self) -> None:
-        """Zero the counts (e.g. after logging them)."""
+        """Zero the ``reward/...`` counts (e.g. after logging them); :meth:`counters` stay."""
         with self._lock:
             self._counts.clear()
 
     @property
-    def worker_pids(self) -> list[int | None]:
+    def worker_pids(self) -> list[int]:
         """Process ids of the running workers (empty before the first call)."""
         return self._pool.pids
 

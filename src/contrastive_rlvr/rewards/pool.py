@@ -9,75 +9,273 @@ A worker that dies (segfault, out of memory, killed from outside) is
 replaced too, and the answer it held gets ``crashed``. Either way the caller
 gets one status per answer and never waits longer than the deadline for one.
 
-Workers are started with ``forkserver`` (a fork of a clean server process
-that has already imported math-verify and sympy), so a replacement costs
-milliseconds rather than the seconds of a fresh interpreter; ``fork`` from a
-parent that runs torch threads is unsafe, hence not the default.
+How workers start (``start_method``):
+
+- ``"forkserver"`` (default): one verifier server,
+  ``python -m contrastive_rlvr.rewards.verify_worker serve``, started with
+  :class:`subprocess.Popen`, imports math-verify and sympy once and forks a
+  warm worker per request, so a replacement costs milliseconds. The sockets
+  to the workers are handed to it over a Unix socket (``SCM_RIGHTS``).
+- ``"spawn"``: each worker is a fresh interpreter of the same module
+  (about a second each: imports and warm-up), for systems without ``fork``.
+
+Either way no process ever imports the user's ``__main__``: unlike
+:mod:`multiprocessing`, whose workers re-run the main module (a script
+without a main guard, ``python -m``, standard input, ``%run`` and
+``torchrun`` break it, and a guarded script pays its imports per worker),
+the children get the parent's ``sys.path`` and nothing else. The training
+process is never forked either (unsafe once torch runs threads). The
+measurements behind this choice are in docs/reliability.md.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
+from typing import IO
 
 from .status import CRASHED, KILLED, READY
 
-# The worker's module: imported by the fork server (preload) and the workers,
-# not by the parent, which thus never imports sympy.
+logger = logging.getLogger(__name__)
+
+START_METHODS: tuple[str, ...] = ("forkserver", "spawn")
+# Run as a program by the children; the parent never imports it (nor sympy).
 _WORKER_MODULE = f"{__package__}.verify_worker"
 # Slack on top of the worker's own alarm before the parent kills it: covers
 # pickling and the pipe round trip, far below a second on any machine.
 KILL_GRACE_S = 0.5
-# How long close() waits for a worker to exit on its own before killing it.
+# How long close() waits for workers and the server to exit before killing them.
 _JOIN_S = 1.0
-# How long a new worker may take to start (the first one also starts the fork
-# server, which imports sympy and math-verify: seconds on a busy machine).
+# How long a new process may take to start: the server (or a spawned worker)
+# imports sympy and math-verify, seconds on a busy machine; a fork is
+# milliseconds but gets the same allowance.
 _START_S = 60.0
+# Lines of the children's stderr quoted when one fails to start.
+_TAIL_LINES = 15
 
 
-def _worker_entry(conn: Connection, timeout: int) -> None:
-    # Imported here, in the worker (a no-op after the fork server's preload).
-    from .verify_worker import worker_main
+def _child_env() -> dict[str, str]:
+    """The environment of a child: ours, with our ``sys.path`` as its ``PYTHONPATH``.
 
-    worker_main(conn, timeout)
+    So the child finds this package and math-verify wherever the parent did
+    (an editable install, ``sys.path`` edited by a script, a ``-m`` run from
+    a source tree), without importing anything of the parent's own.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+class _ChildLog:
+    """An anonymous file that every child writes its stdout and stderr to.
+
+    Read back (with ``pread``, leaving the children's shared offset alone)
+    only to quote the end of it in an error.
+    """
+
+    def __init__(self) -> None:
+        self.file: IO[bytes] = tempfile.TemporaryFile()
+
+    def tail(self, lines: int = _TAIL_LINES) -> str:
+        fd = self.file.fileno()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, min(size, 8192), max(0, size - 8192))
+        text = data.decode("utf-8", errors="replace").rstrip()
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _start_error(what: str, log: _ChildLog) -> RuntimeError:
+    """An error that says what failed, ending with the children's last stderr lines."""
+    tail = log.tail()
+    last = tail.splitlines()[-1] if tail else "no output"
+    body = f"\n--- verifier stderr, last lines ---\n{tail}" if tail else ""
+    return RuntimeError(f"{what}: {last}{body}")
+
+
+class _ForkServer:
+    """The verifier server process and the control socket to it (see the module doc)."""
+
+    def __init__(self, timeout: int, log: _ChildLog) -> None:
+        self.log = log
+        started = time.perf_counter()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", _WORKER_MODULE, "serve", str(theirs.fileno()), str(timeout)],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=log.file,
+                stderr=log.file,
+                env=_child_env(),
+            )
+        finally:
+            theirs.close()
+        self.control = ours
+        self.control.settimeout(_START_S)
+        try:
+            ready = self.control.recv(16) == b"R"
+        except TimeoutError:
+            ready = False
+        if not ready:
+            self.close()
+            raise _start_error(
+                f"the verifier server ({sys.executable} -m {_WORKER_MODULE}) did not start "
+                f"(exit code {self.process.returncode})",
+                log,
+            )
+        #: seconds from Popen to the server's "ready" (imports and warm-up).
+        self.start_seconds = time.perf_counter() - started
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _request(self, msg: bytes, fds: Sequence[int] = ()) -> bytes:
+        try:
+            socket.send_fds(self.control, [msg], list(fds))
+            reply = self.control.recv(64)
+        except (OSError, TimeoutError):
+            reply = b""
+        if not reply:
+            raise _start_error(
+                f"the verifier server died (exit code {self.process.poll()})", self.log
+            )
+        return reply
+
+    def spawn(self) -> tuple[int, Connection]:
+        ours, theirs = socket.socketpair()
+        try:
+            reply = self._request(b"F", [theirs.fileno()])
+        finally:
+            theirs.close()
+        return int(reply.split()[1]), Connection(ours.detach())
+
+    def reap(self, pid: int) -> str:
+        """Kill worker ``pid`` if it still runs; its exit code as the server saw it."""
+        if not self.alive():
+            return "unknown (server gone)"
+        try:
+            return self._request(b"K %d" % pid).split()[1].decode()
+        except RuntimeError:
+            return "unknown (server gone)"
+
+    def close(self) -> None:
+        self.control.close()  # end of file: the server kills its workers and exits
+        try:
+            self.process.wait(_JOIN_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Spawner:
+    """Workers as fresh interpreters (``start_method="spawn"``): no server, no fork."""
+
+    def __init__(self, timeout: int, log: _ChildLog) -> None:
+        self.timeout = timeout
+        self.log = log
+        self.start_seconds = 0.0
+        self.processes: dict[int, subprocess.Popen] = {}
+
+    def alive(self) -> bool:
+        return True
+
+    def spawn(self) -> tuple[int, Connection]:
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", _WORKER_MODULE, "worker", str(theirs.fileno()),
+                 str(self.timeout)],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=self.log.file,
+                stderr=self.log.file,
+                env=_child_env(),
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        self.processes[process.pid] = process
+        return process.pid, Connection(ours.detach())
+
+    def reap(self, pid: int) -> str:
+        process = self.processes.pop(pid, None)
+        if process is None:
+            return "unknown"
+        process.kill()  # a no-op on a process that has exited but is not yet reaped
+        return str(process.wait())
+
+    def close(self) -> None:
+        for pid in list(self.processes):
+            self.reap(pid)
 
 
 @dataclass
 class _Worker:
-    process: BaseProcess
+    pid: int
     conn: Connection
     task: int | None = None  # index of the answer it is checking
     deadline: float = 0.0  # time.monotonic() after which it is killed
 
 
-def _stop(workers: list[_Worker]) -> None:
-    """Ask every worker to exit, then kill the ones that do not (also run at interpreter exit)."""
-    for w in workers:
-        try:
-            w.conn.send(None)
-        except (OSError, ValueError):
-            pass
-    for w in workers:
-        w.process.join(_JOIN_S)
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(_JOIN_S)
-        w.conn.close()
-    workers.clear()
+@dataclass
+class _Processes:
+    """What the pool owns, apart from the pool object so that a finalizer can stop it."""
+
+    workers: list[_Worker] = field(default_factory=list)
+    launcher: _ForkServer | _Spawner | None = None
+    log: _ChildLog | None = None
+
+    def stop(self) -> None:
+        """Ask every worker to exit, kill the ones that do not, stop the server."""
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        # A worker that exits closes its socket: wait for those ends of file.
+        pending = [w.conn for w in self.workers if not w.conn.closed]
+        end = time.monotonic() + _JOIN_S
+        while pending and time.monotonic() < end:
+            for conn in wait(pending, timeout=max(0.0, end - time.monotonic())):
+                try:
+                    conn.recv()  # a stray reply; EOF is the usual case
+                except (EOFError, OSError):
+                    pending.remove(conn)
+        for w in self.workers:
+            if self.launcher is not None:
+                self.launcher.reap(w.pid)
+            w.conn.close()
+        self.workers.clear()
+        if self.launcher is not None:
+            self.launcher.close()
+            self.launcher = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 class VerifierPool:
     """``workers`` verifier processes; :meth:`check` maps (gold, pred) pairs to statuses.
 
     ``events`` counts ``killed`` (hung worker killed at the deadline),
-    ``crashed`` (worker died) and ``restarts`` (workers started to replace
-    one of these). Not thread-safe on its own; :class:`MathVerifyReward`
+    ``crashed`` (worker died), ``restarts`` (workers started to replace one
+    of these), ``interrupted`` (busy workers replaced after an interrupted
+    call) and ``server_restarts`` (verifier server found dead and started
+    again). ``start_seconds`` holds the start-up time of every worker
+    started, replacements included, from the request to its "ready"
+    message. Not thread-safe on its own; :class:`MathVerifyReward`
     serialises calls with a lock.
     """
 
@@ -86,49 +284,71 @@ class VerifierPool:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if timeout < 1 or int(timeout) != timeout:
             raise ValueError(f"timeout must be a whole number of seconds >= 1, got {timeout!r}")
-        if start_method not in mp.get_all_start_methods():
-            start_method = "spawn"
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
         self.n_workers = workers
         self.timeout = int(timeout)
-        self._ctx = mp.get_context(start_method)
-        if start_method == "forkserver":
-            # Takes effect when this interpreter's fork server first starts.
-            self._ctx.set_forkserver_preload([_WORKER_MODULE])
-        self._workers: list[_Worker] = []
+        self.start_method = start_method
         self.events: Counter[str] = Counter()
-        self._finalizer = weakref.finalize(self, _stop, self._workers)
+        self.start_seconds: list[float] = []
+        self._procs = _Processes()
+        self._finalizer = weakref.finalize(self, self._procs.stop)
+
+    @property
+    def _workers(self) -> list[_Worker]:
+        return self._procs.workers
+
+    @property
+    def server_start_seconds(self) -> float | None:
+        """Seconds the verifier server took to start (None before it did, or with spawn)."""
+        launcher = self._procs.launcher
+        return launcher.start_seconds if isinstance(launcher, _ForkServer) else None
+
+    def _launcher(self) -> _ForkServer | _Spawner:
+        procs = self._procs
+        if procs.log is None:
+            procs.log = _ChildLog()
+        if procs.launcher is not None and not procs.launcher.alive():
+            # Killed from outside (OOM killer, a stray kill): the workers it
+            # forked still serve; new ones need a new server.
+            logger.warning("the verifier server died; starting a new one")
+            procs.launcher.close()
+            procs.launcher = None
+            self.events["server_restarts"] += 1
+        if procs.launcher is None:
+            kind = _ForkServer if self.start_method == "forkserver" else _Spawner
+            procs.launcher = kind(self.timeout, procs.log)
+        return procs.launcher
 
     def _spawn(self) -> _Worker:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=_worker_entry, args=(child_conn, self.timeout), daemon=True, name="verifier"
-        )
-        process.start()
-        # Drop our copy of the child's end so the child's death shows as EOF.
-        child_conn.close()
+        launcher = self._launcher()
+        started = time.perf_counter()
+        pid, conn = launcher.spawn()
         # Wait for the worker's "ready": answer deadlines then measure checking
         # only, never the start-up of a process on a loaded machine.
         try:
-            ready = parent_conn.poll(_START_S) and parent_conn.recv() == READY
+            ready = conn.poll(_START_S) and conn.recv() == READY
         except (EOFError, OSError):
             ready = False
         if not ready:
-            process.kill()
-            parent_conn.close()
-            raise RuntimeError(
-                f"a verifier worker did not start within {_START_S:.0f} s (exit code "
-                f"{process.exitcode}); check that `import math_verify` works in this environment"
+            exit_code = launcher.reap(pid)
+            conn.close()
+            raise _start_error(
+                f"verifier worker {pid} did not start within {_START_S:.0f} s "
+                f"(exit code {exit_code})",
+                self._procs.log,
             )
-        return _Worker(process, parent_conn)
+        self.start_seconds.append(time.perf_counter() - started)
+        return _Worker(pid, conn)
 
     def _replace(self, k: int, event: str) -> None:
         old = self._workers[k]
-        if old.process.is_alive():
-            old.process.kill()
-        old.process.join(_JOIN_S)
+        exit_code = self._procs.launcher.reap(old.pid)
         old.conn.close()
         self.events[event] += 1
         self.events["restarts"] += 1
+        log = logger.warning if event == CRASHED else logger.info
+        log("verifier worker %d %s (exit code %s); starting a new one", old.pid, event, exit_code)
         self._workers[k] = self._spawn()
 
     def start(self) -> None:
@@ -137,9 +357,9 @@ class VerifierPool:
             self._workers.append(self._spawn())
 
     @property
-    def pids(self) -> list[int | None]:
+    def pids(self) -> list[int]:
         """Process ids of the current workers (tests kill them to check replacement)."""
-        return [w.process.pid for w in self._workers]
+        return [w.pid for w in self._workers]
 
     def check(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """One status per ``(gold, pred)``, each within ``timeout + KILL_GRACE_S`` of dispatch."""
@@ -165,7 +385,8 @@ class VerifierPool:
                 return
             if self._workers[k].task is not None:
                 continue
-            if not self._workers[k].process.is_alive():
+            # An idle worker has nothing to say: a readable socket is its end of file.
+            if self._workers[k].conn.poll(0):
                 self._replace(k, CRASHED)  # died while idle: no answer lost
             i = pending.popleft()
             w = self._workers[k]
@@ -199,5 +420,5 @@ class VerifierPool:
                 self._replace(k, KILLED)
 
     def close(self) -> None:
-        """Stop all workers; the pool restarts them if :meth:`check` is called again."""
-        _stop(self._workers)
+        """Stop all workers and the server; :meth:`check` starts new ones if called again."""
+        self._procs.stop()
