@@ -309,8 +309,9 @@ class VerifierPool:
         if procs.log is None:
             procs.log = _ChildLog()
         if procs.launcher is not None and not procs.launcher.alive():
-            # Killed from outside (OOM killer, a stray kill): the workers it
-            # forked still serve; new ones need a new server.
+            # Killed from outside (OOM killer, a stray kill): its workers died
+            # with it (see verify_worker._die_with_parent) and are replaced,
+            # as crashed, by forks of a new server.
             logger.warning("the verifier server died; starting a new one")
             procs.launcher.close()
             procs.launcher = None
@@ -353,6 +354,12 @@ class VerifierPool:
 
     def start(self) -> None:
         """Start the workers (done lazily by :meth:`check`)."""
+        launcher = self._procs.launcher
+        if launcher is not None and not launcher.alive():
+            # Their server died, and they with it: replace them now rather than
+            # lose the next answers sent to them.
+            for k in range(len(self._workers)):
+                self._replace(k, CRASHED)
         while len(self._workers) < self.n_workers:
             self._workers.append(self._spawn())
 
