@@ -5,6 +5,8 @@
 - :class:`GymReward` with :func:`load_gym_task`: reasoning-gym tasks, 0/1.
 - :class:`FormatReward`: whether the answer is stated in a given format.
 - :func:`resolve_reward`: a built-in by name or a user function by import path.
+- :class:`VerifierCountersCallback`: logs ``MathVerifyReward.counters()``
+  (``verifier/...``) with every training step.
 
 Importing this package imports neither torch nor sympy; the verifier
 workers import math-verify themselves.
@@ -13,16 +15,18 @@ workers import math-verify themselves.
 from .extract import completion_text, extract_answer, last_boxed, last_number, normalize_answer
 from .format import FORMAT_STYLES, FormatReward, has_format
 from .loading import BUILTIN_REWARDS, load_reward_function, resolve_reward
-from .math_verify import UNPARSED_STATUSES, AnswerScore, MathVerifyReward
+from .math_verify import COUNTER_KEYS, UNPARSED_STATUSES, AnswerScore, MathVerifyReward
 
 __all__ = [
     "BUILTIN_REWARDS",
     "FORMAT_STYLES",
+    "COUNTER_KEYS",
     "UNPARSED_STATUSES",
     "AnswerScore",
     "FormatReward",
     "GymReward",
     "MathVerifyReward",
+    "VerifierCountersCallback",
     "completion_text",
     "extract_answer",
     "has_format",
@@ -41,4 +45,8 @@ def __getattr__(name: str):
         from . import gym
 
         return getattr(gym, name)
+    if name == "VerifierCountersCallback":  # imports transformers
+        from .logging_callback import VerifierCountersCallback
+
+        return VerifierCountersCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
