@@ -9,6 +9,7 @@ from contrastive_rlvr.rewards import (
     last_boxed,
     last_number,
     normalize_answer,
+    normalize_unicode,
 )
 
 
@@ -106,3 +107,41 @@ def test_normalize_answer_rejects(bad):
 )
 def test_has_format(text, style, expected):
     assert has_format(text, style) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\uff11\uff12", "12"),  # full-width digits
+        ("\u0661\u0662", "12"),  # Arabic-Indic
+        ("\u06f1\u06f2", "12"),  # extended Arabic-Indic (Persian, Urdu)
+        ("\u0967\u0968", "12"),  # Devanagari
+        ("\uff11" + "2", "12"),  # mixed widths
+        ("1\u200b2", "12"),  # zero-width space
+        ("1\u200c2\u200d", "12"),  # zero-width non-joiner and joiner
+        ("\u200e12\u200f", "12"),  # left-to-right and right-to-left marks
+        ("\ufeff12\u2060", "12"),  # byte-order mark, word joiner
+        ("1\u00ad2", "12"),  # soft hyphen
+        ("\uff11\uff12\uff0e\uff15", "12.5"),  # full-width full stop
+        ("\uff11\uff0f\uff12", "1/2"),  # full-width solidus
+        ("\uff0d\uff13", "-3"),  # full-width hyphen-minus
+        ("\u0661\u0662\u066b\u0665", "12.5"),  # Arabic decimal separator
+        ("\u0661\u066c\u0660\u0660\u0660", "1,000"),  # Arabic thousands separator
+        # left alone: not another spelling of an ASCII character
+        ("x\u00b2", "x\u00b2"),
+        ("\u00bd", "\u00bd"),
+        ("\\pi r^2", "\\pi r^2"),
+        ("\u03c0", "\u03c0"),
+    ],
+)
+def test_normalize_unicode(text, expected):
+    assert normalize_unicode(text) == expected
+
+
+def test_unicode_digits_in_extraction_and_gold():
+    assert extract_answer("\\boxed{\uff11\uff12}") == "12"
+    assert extract_answer("<answer>\u0661\u0662</answer>") == "12"
+    assert extract_answer("so 1\u200b2 apples", last_number_fallback=True) == "12"
+    # the last number, Arabic-Indic: one number, not the digits of two
+    assert extract_answer("\u0663 + \u0669 = \u0661\u0662", last_number_fallback=True) == "12"
+    assert normalize_answer(" \uff11\uff12 ") == "12"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from contrastive_rlvr.rewards import MathVerifyReward
+from contrastive_rlvr.rewards import COUNTER_KEYS, MathVerifyReward
 from contrastive_rlvr.rewards.pool import KILL_GRACE_S
 
 TIMEOUT = 1
@@ -67,6 +67,19 @@ def boxed(s: str) -> str:
         (588, "<answer>588</answer>", 1.0),
         ("(3, \\frac{\\pi}{2})", boxed("\\left( 3, \\frac{\\pi}{2} \\right)"), 1.0),
         ("\\sqrt{2}/2", boxed("\\frac{\\sqrt{2}}{2}"), 1.0),
+        # other Unicode spellings of the same number (full-width, Arabic-Indic,
+        # Devanagari digits, a zero-width space inside the number)...
+        ("12", boxed("\uff11\uff12"), 1.0),
+        ("12", boxed("\u0661\u0662"), 1.0),
+        ("12", boxed("\u0967\u0968"), 1.0),
+        ("12", boxed("1\u200b2"), 1.0),
+        ("12", "<answer>\u200e\u0661\u0662\u200f</answer>", 1.0),
+        ("12.5", boxed("\uff11\uff12\uff0e\uff15"), 1.0),
+        ("\\frac{1}{2}", boxed("\uff11\uff0f\uff12"), 1.0),
+        ("\uff11\uff12", boxed("12"), 1.0),  # a full-width gold
+        # ... and still a different number when it is one
+        ("12", boxed("\u0661\u0663"), 0.0),
+        ("12", boxed("\uff11\uff13"), 0.0),
         # no answer at all
         ("5", "I think it is 5", 0.0),
     ],
@@ -160,6 +173,9 @@ def test_hung_worker_is_killed_at_the_deadline(reward):
     assert elapsed < TIMEOUT + 1.0
     after = reward.stats()
     assert after["reward/killed"] - before["reward/killed"] == 1
+    counters = reward.counters()
+    assert counters["verifier/killed"] == after["reward/killed"]  # never reset: the same count
+    assert counters["verifier/worker_restarts"] == after["reward/worker_restarts"]
     # The stopped worker that got no task is still stopped: replace it too by
     # sending two answers, one of which lands on it and is killed.
     out = reward(None, [boxed("7"), boxed("8")], answer=["7", "8"])
@@ -195,8 +211,13 @@ def test_stats_count_every_completion():
         assert s["reward/wrong"] == 1
         assert s["reward/no_answer"] == 1
         assert s["reward/unparsable"] == 1
+        r(None, [boxed("9^{9^{9^9}}")], answer=["1"])  # stopped by the alarm or killed
+        counters = r.counters()
+        assert sorted(counters) == sorted(COUNTER_KEYS)
+        assert counters["verifier/timeouts"] + counters["verifier/killed"] == 1
         r.reset_stats()
         assert r.stats()["reward/answers"] == 0
+        assert r.counters() == counters  # cumulative for the whole run: not reset
     assert r.worker_pids == []  # closed by the with block
 
 

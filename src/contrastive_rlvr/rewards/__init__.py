@@ -12,7 +12,14 @@ Importing this package imports neither torch nor sympy; the verifier
 workers import math-verify themselves.
 """
 
-from .extract import completion_text, extract_answer, last_boxed, last_number, normalize_answer
+from .extract import (
+    completion_text,
+    extract_answer,
+    last_boxed,
+    last_number,
+    normalize_answer,
+    normalize_unicode,
+)
 from .format import FORMAT_STYLES, FormatReward, has_format
 from .loading import BUILTIN_REWARDS, load_reward_function, resolve_reward
 from .math_verify import COUNTER_KEYS, UNPARSED_STATUSES, AnswerScore, MathVerifyReward
@@ -35,6 +42,7 @@ __all__ = [
     "load_gym_task",
     "load_reward_function",
     "normalize_answer",
+    "normalize_unicode",
     "resolve_reward",
 ]
 

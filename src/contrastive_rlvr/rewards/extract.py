@@ -14,13 +14,24 @@ often restate or correct themselves before the final answer):
 Empty tags or an empty box (``within \\boxed{}`` echoed from the prompt)
 count as absent.
 
+Before extraction, and for gold answers in :func:`normalize_answer`, other
+Unicode spellings of ASCII are mapped to it (:func:`normalize_unicode`):
+every decimal digit (``１２``, Arabic-Indic ``١٢``, Devanagari ``१२`` are
+``12``), the full-width forms of ASCII (``１／２`` is ``1/2``), the Arabic
+decimal and thousands separators, and invisible format characters (zero-width
+space, joiners, direction marks, byte-order mark, soft hyphen) are removed,
+so ``1\\u200b2`` is ``12``. Nothing else changes: ``x²`` and ``½`` stay as
+written (mapping them would need LaTeX, not a character table).
+
 Extraction runs in the calling process; only math-verify's parsing and
 comparison run in the worker pool.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +41,40 @@ _BOX_COMMANDS = ("\\boxed", "\\fbox")
 # A number as the last-number fallback sees it: optional sign, digits with
 # optional thousands commas, optional decimals, optional "/denominator".
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+
+
+# Full-width forms U+FF01..U+FF5E are ASCII U+0021..U+007E shifted by this much.
+_FULLWIDTH_FIRST, _FULLWIDTH_LAST, _FULLWIDTH_SHIFT = 0xFF01, 0xFF5E, 0xFEE0
+_SPECIAL_FORMS = {
+    "\u3000": " ",  # ideographic space
+    "\u066b": ".",  # Arabic decimal separator
+    "\u066c": ",",  # Arabic thousands separator
+}
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+@functools.lru_cache(maxsize=4096)
+def _ascii_form(char: str) -> str:
+    """The ASCII spelling of one non-ASCII character, "" for a format character, else itself."""
+    if unicodedata.category(char) == "Cf":  # zero-width space, joiners, marks, BOM
+        return ""
+    digit = unicodedata.decimal(char, None)  # every Unicode decimal digit (category Nd)
+    if digit is not None:
+        return str(digit)
+    if _FULLWIDTH_FIRST <= ord(char) <= _FULLWIDTH_LAST:
+        return chr(ord(char) - _FULLWIDTH_SHIFT)
+    return _SPECIAL_FORMS.get(char, char)
+
+
+def normalize_unicode(text: str) -> str:
+    """``text`` with other Unicode spellings of digits and ASCII mapped to ASCII (module doc).
+
+    ``"１２" -> "12"``, ``"١٢" -> "12"``, ``"1\\u200b2" -> "12"``, ``"１／２" -> "1/2"``;
+    ASCII text is returned as is.
+    """
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(lambda m: _ascii_form(m.group()), text)
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -107,6 +152,7 @@ def last_number(text: str) -> str | None:
 
 def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | None:
     """The final answer in a completion, or None if it states none (see the module doc)."""
+    text = normalize_unicode(text)
     # An empty tag pair or box ("within \\boxed{}." copied from the prompt)
     # states nothing, so the search goes on as if it were absent.
     tagged = answer_tag(text)
@@ -123,6 +169,8 @@ def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | No
 def normalize_answer(value: Any, *, field: str = "answer", where: str = "") -> str:
     """A gold answer as a string: ``27.0 -> "27"``, ``70 -> "70"``, strings stripped.
 
+    Strings also go through :func:`normalize_unicode` (``"１２" -> "12"``).
+
     Benchmark files store answers as LaTeX strings, floats or ints; math-verify
     wants strings. ``where`` (e.g. ``"math500.jsonl line 3"``) prefixes errors.
     """
@@ -136,7 +184,7 @@ def normalize_answer(value: Any, *, field: str = "answer", where: str = "") -> s
             raise ValueError(f"{prefix}field {field!r} is not a finite number: {value!r}")
         return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, str):
-        text = value.strip()
+        text = normalize_unicode(value).strip()
         if not text:
             raise ValueError(f"{prefix}field {field!r} is empty")
         return text
