@@ -115,3 +115,70 @@ def test_limit_and_missing_sources(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unsupported file type"):
         (tmp_path / "x.csv").write_text("a,b\n")
         load_prompts(tmp_path / "x.csv")
+
+
+# ---------------------------------------------------------------- encodings
+
+GOOD = b'{"problem": "P", "answer": "1"}\n'
+
+
+def test_invalid_utf8_names_file_line_and_byte(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    # line 2 is Latin-1: "caf\xe9" is not UTF-8 ("é" is 0xc3 0xa9 there)
+    f.write_bytes(GOOD + b'{"problem": "caf\xe9", "answer": "2"}\n' + GOOD)
+    with pytest.raises(ValueError) as err:
+        load_prompts(f)
+    # 0xe9 follows the 16 characters of '{"problem": "caf': column 17
+    assert str(err.value) == (
+        f"{f} line 2: invalid UTF-8 (byte 0xe9 at column 17); save the file as UTF-8"
+    )
+
+
+def test_invalid_utf8_column_counts_characters(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    # "é" (2 bytes) is one column; the lone continuation byte 0x80 comes after
+    # '{"problem": "é' = 14 characters: column 15
+    f.write_bytes('{"problem": "é'.encode() + b'\x80", "answer": "1"}\n')
+    with pytest.raises(ValueError, match=r"line 1: invalid UTF-8 \(byte 0x80 at column 15\)"):
+        load_prompts(f)
+
+
+def test_skip_bad_rows_skips_and_counts_invalid_utf8(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(GOOD + b'{"problem": "\xff", "answer": "2"}\n' + GOOD.replace(b"P", b"Q"))
+    loaded = load_prompts(f, skip_bad_rows=True)
+    assert loaded.skipped == 1
+    assert loaded.dataset["prompt"] == ["P", "Q"]
+    assert loaded.dataset["id"] == ["0", "2"]
+
+
+def test_utf16_file_is_named_as_such(tmp_path):
+    f = tmp_path / "u16.jsonl"
+    f.write_bytes(GOOD.decode().encode("utf-16"))  # with its byte-order mark
+    with pytest.raises(ValueError, match="line 1: invalid UTF-8 .* UTF-16 byte-order mark"):
+        load_prompts(f)
+
+
+@pytest.mark.parametrize("skip_bad_rows", [False, True])
+def test_byte_order_mark_is_accepted(tmp_path, skip_bad_rows):
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + GOOD + GOOD.replace(b"P", b"Q"))
+    loaded = load_prompts(f, skip_bad_rows=skip_bad_rows)
+    # line 1 is a row like any other: parsed, not dropped
+    assert loaded.skipped == 0
+    assert loaded.dataset["prompt"] == ["P", "Q"]
+    assert loaded.dataset["answer"] == ["1", "1"]
+
+
+def test_json_file_encodings(tmp_path):
+    f = tmp_path / "bom.json"
+    f.write_bytes(b'\xef\xbb\xbf[{"problem": "P", "answer": "1"}]')
+    assert load_prompts(f).dataset["prompt"] == ["P"]
+    g = tmp_path / "bad.json"
+    g.write_bytes(b'[\n{"problem": "P", "answer": "1"},\n{"problem": "\xff", "answer": "2"}\n]')
+    # A .json file is one document: no row to skip, an error even with skip_bad_rows.
+    with pytest.raises(ValueError) as err:
+        load_prompts(g, skip_bad_rows=True)
+    assert str(err.value) == (
+        f"{g} line 3: invalid UTF-8 (byte 0xff at column 14); save the file as UTF-8"
+    )

@@ -12,9 +12,13 @@ number after ``####`` (``answer_format="auto"`` does so when the marker is
 there, ``"gsm8k"`` requires it, ``"plain"`` never does).
 
 A malformed row (bad JSON, not an object, a missing or empty field, a wrong
-type) raises ``ValueError`` naming the file, the line (parquet: the row) and
-the field. With ``skip_bad_rows=True`` such rows are skipped, logged, and
-counted in :attr:`LoadedPrompts.skipped`.
+type, a line that is not valid UTF-8) raises ``ValueError`` naming the file,
+the line (parquet: the row) and the field or byte. With
+``skip_bad_rows=True`` such rows are skipped, logged, and counted in
+:attr:`LoadedPrompts.skipped`. ``.jsonl`` and ``.json`` files are UTF-8; a
+byte-order mark at the start (as some Windows editors write) is accepted and
+dropped. A ``.json`` file is one document, so a bad byte in it is an error
+(naming the line) even with ``skip_bad_rows``.
 """
 
 from __future__ import annotations
@@ -122,21 +126,53 @@ def row_to_example(
     return {"prompt": prompt, "answer": answer}
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _utf8_error(path: Path, data: bytes, error: UnicodeDecodeError, first_line: int) -> ValueError:
+    """A one-line error naming the line and column of the first bad byte, and the fix.
+
+    ``data`` starts at line ``first_line`` of the file; columns count the
+    characters before the bad byte, as an editor shows them.
+    """
+    line_no = first_line + data.count(b"\n", 0, error.start)
+    line_start = data.rfind(b"\n", 0, error.start) + 1
+    column = len(data[line_start : error.start].decode("utf-8", errors="replace")) + 1
+    utf16 = line_no == 1 and data[:2] in (b"\xff\xfe", b"\xfe\xff")
+    hint = " (it starts with a UTF-16 byte-order mark)" if utf16 else ""
+    return ValueError(
+        f"{path} line {line_no}: invalid UTF-8 (byte 0x{data[error.start]:02x} at column "
+        f"{column}){hint}; save the file as UTF-8"
+    )
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
+    # Read as bytes and decode line by line, so that one badly encoded line
+    # is an error naming that line (or, with skip_bad_rows, a skipped row)
+    # rather than a UnicodeDecodeError from somewhere inside the file.
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            if line_no == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]  # a byte-order mark starts the file, not the row
+            if not raw.strip():
                 continue
             where = f"{path} line {line_no}"
             try:
-                yield where, json.loads(line)
+                yield where, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                yield where, _utf8_error(path, raw, e, line_no)
             except json.JSONDecodeError as e:
                 yield where, ValueError(f"{where}: invalid JSON ({e.msg} at column {e.colno})")
 
 
 def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    raw = path.read_bytes().removeprefix(_BOM)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _utf8_error(path, raw, e, 1) from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} line {e.lineno}: invalid JSON ({e.msg})") from e
     if not isinstance(data, list):
