@@ -23,6 +23,7 @@ import pytest
 from test_rewards_math_verify import wait_dead
 
 from contrastive_rlvr.rewards import MathVerifyReward
+from contrastive_rlvr.rewards import pool as pool_module
 
 # Runs whenever the script's module is imported (or run): one line per process.
 MARKER = textwrap.dedent(
@@ -204,3 +205,22 @@ def test_spawn_start_method_scores_and_replaces():
         assert reward.counters()["verifier/worker_restarts"] == 1.0
     with pytest.raises(ValueError, match=r"start_method must be one of \('forkserver', 'spawn'\)"):
         MathVerifyReward(start_method="fork")
+
+
+def test_stopped_server_is_replaced(monkeypatch):
+    # A server that stops answering (here: SIGSTOP) is killed after
+    # _REQUEST_S and a new one started; the call still gets its answer.
+    monkeypatch.setattr(pool_module, "_REQUEST_S", 1.0)
+    with MathVerifyReward(timeout=2, workers=1) as reward:
+        assert reward(None, ["\\boxed{1}"], answer=["1"]) == [1.0]
+        server = reward._pool._procs.launcher.process
+        os.kill(server.pid, signal.SIGSTOP)
+        worker = reward.worker_pids[0]
+        os.kill(worker, signal.SIGKILL)
+        wait_dead(worker)
+        assert reward(None, ["\\boxed{2}"], answer=["2"]) == [1.0]
+        assert server.poll() == -signal.SIGKILL
+        assert reward._pool._procs.launcher.process.pid != server.pid
+        counters = reward.counters()
+        assert counters["verifier/server_restarts"] == 1.0
+        assert counters["verifier/worker_crashes"] == 1.0

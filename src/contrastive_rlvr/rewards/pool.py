@@ -60,6 +60,9 @@ _JOIN_S = 1.0
 # imports sympy and math-verify, seconds on a busy machine; a fork is
 # milliseconds but gets the same allowance.
 _START_S = 60.0
+# How long one request to a running server (fork a worker, kill one) may take:
+# milliseconds normally; past this the server counts as stuck and is replaced.
+_REQUEST_S = 10.0
 # Lines of the children's stderr quoted when one fails to start.
 _TAIL_LINES = 15
 
@@ -105,35 +108,66 @@ def _start_error(what: str, log: _ChildLog) -> RuntimeError:
     return RuntimeError(f"{what}: {last}{body}")
 
 
+class ServerGone(RuntimeError):
+    """The verifier server died or stopped answering (it is killed; a new one can start)."""
+
+
+def _control_socketpair() -> tuple[socket.socket, socket.socket]:
+    # Message boundaries where the system has them (Linux); requests and
+    # replies are a few bytes, one at a time, so a stream socket works too.
+    try:
+        return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except (AttributeError, OSError):
+        return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+def _popen(args: list[str], fd: int, log: _ChildLog) -> subprocess.Popen:
+    """``python -m <worker module> *args`` with socket ``fd`` passed on, output to ``log``."""
+    command = [sys.executable, "-m", _WORKER_MODULE, *args]
+    try:
+        return subprocess.Popen(
+            command,
+            pass_fds=[fd],
+            stdin=subprocess.DEVNULL,
+            stdout=log.file,
+            stderr=log.file,
+            env=_child_env(),
+        )
+    except OSError as e:
+        raise RuntimeError(f"could not run the verifier ({' '.join(command)}): {e}") from e
+
+
 class _ForkServer:
     """The verifier server process and the control socket to it (see the module doc)."""
 
     def __init__(self, timeout: int, log: _ChildLog) -> None:
         self.log = log
         started = time.perf_counter()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = _control_socketpair()
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", _WORKER_MODULE, "serve", str(theirs.fileno()), str(timeout)],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-                stdout=log.file,
-                stderr=log.file,
-                env=_child_env(),
+            self.process = _popen(
+                ["serve", str(theirs.fileno()), str(timeout)], theirs.fileno(), log
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.control = ours
         self.control.settimeout(_START_S)
         try:
             ready = self.control.recv(16) == b"R"
+            reason = "exited"
         except TimeoutError:
-            ready = False
+            ready, reason = False, f"did not answer within {_START_S:.0f} s"
+        # From now on a request waits at most _REQUEST_S: a server that is
+        # stopped or stuck must not hang training.
+        self.control.settimeout(_REQUEST_S)
         if not ready:
             self.close()
             raise _start_error(
-                f"the verifier server ({sys.executable} -m {_WORKER_MODULE}) did not start "
-                f"(exit code {self.process.returncode})",
+                f"the verifier server ({sys.executable} -m {_WORKER_MODULE}) {reason} while "
+                f"starting (exit code {self.process.returncode})",
                 log,
             )
         #: seconds from Popen to the server's "ready" (imports and warm-up).
@@ -146,18 +180,24 @@ class _ForkServer:
         try:
             socket.send_fds(self.control, [msg], list(fds))
             reply = self.control.recv(64)
-        except (OSError, TimeoutError):
-            reply = b""
+            reason = "died"
+        except TimeoutError:
+            reply, reason = b"", f"did not answer within {_REQUEST_S:.0f} s"
+        except OSError:
+            reply, reason = b"", "died"
         if not reply:
-            raise _start_error(
-                f"the verifier server died (exit code {self.process.poll()})", self.log
-            )
+            self.process.kill()  # stopped or stuck: make it dead, so that a new one starts
+            code = self.process.wait()
+            raise ServerGone(f"the verifier server {reason} (exit code {code})")
         return reply
 
     def spawn(self) -> tuple[int, Connection]:
         ours, theirs = socket.socketpair()
         try:
             reply = self._request(b"F", [theirs.fileno()])
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         return int(reply.split()[1]), Connection(ours.detach())
@@ -168,7 +208,7 @@ class _ForkServer:
             return "unknown (server gone)"
         try:
             return self._request(b"K %d" % pid).split()[1].decode()
-        except RuntimeError:
+        except ServerGone:
             return "unknown (server gone)"
 
     def close(self) -> None:
@@ -195,15 +235,11 @@ class _Spawner:
     def spawn(self) -> tuple[int, Connection]:
         ours, theirs = socket.socketpair()
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", _WORKER_MODULE, "worker", str(theirs.fileno()),
-                 str(self.timeout)],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-                stdout=self.log.file,
-                stderr=self.log.file,
-                env=_child_env(),
-            )  # fmt: skip
+            args = ["worker", str(theirs.fileno()), str(self.timeout)]
+            process = _popen(args, theirs.fileno(), self.log)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.processes[process.pid] = process
@@ -236,9 +272,14 @@ class _Processes:
     workers: list[_Worker] = field(default_factory=list)
     launcher: _ForkServer | _Spawner | None = None
     log: _ChildLog | None = None
+    owner: int = field(default_factory=os.getpid)
 
     def stop(self) -> None:
         """Ask every worker to exit, kill the ones that do not, stop the server."""
+        if os.getpid() != self.owner:
+            # A fork of the process that started the pool (e.g. a data loader
+            # worker) exiting: the workers are its parent's, leave them be.
+            return
         for w in self.workers:
             try:
                 w.conn.send(None)
@@ -312,7 +353,7 @@ class VerifierPool:
             # Killed from outside (OOM killer, a stray kill): its workers died
             # with it (see verify_worker._die_with_parent) and are replaced,
             # as crashed, by forks of a new server.
-            logger.warning("the verifier server died; starting a new one")
+            logger.warning("the verifier server is gone; starting a new one")
             procs.launcher.close()
             procs.launcher = None
             self.events["server_restarts"] += 1
@@ -324,7 +365,14 @@ class VerifierPool:
     def _spawn(self) -> _Worker:
         launcher = self._launcher()
         started = time.perf_counter()
-        pid, conn = launcher.spawn()
+        try:
+            pid, conn = launcher.spawn()
+        except ServerGone as e:
+            # Died (or stopped answering, and was killed) since the last
+            # request: once, start a new server and ask it instead.
+            logger.warning("%s; starting a new one", e)
+            launcher = self._launcher()
+            pid, conn = launcher.spawn()
         # Wait for the worker's "ready": answer deadlines then measure checking
         # only, never the start-up of a process on a loaded machine.
         try:
