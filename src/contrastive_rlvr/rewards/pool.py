@@ -396,9 +396,12 @@ class VerifierPool:
         old.conn.close()
         self.events[event] += 1
         self.events["restarts"] += 1
-        log = logger.warning if event == CRASHED else logger.info
-        log("verifier worker %d %s (exit code %s); starting a new one", old.pid, event, exit_code)
         self._workers[k] = self._spawn()
+        log = logger.warning if event == CRASHED else logger.info
+        log(
+            "verifier worker %d %s (exit code %s); replaced in %.3f s",
+            old.pid, event, exit_code, self.start_seconds[-1],
+        )  # fmt: skip
 
     def start(self) -> None:
         """Start the workers (done lazily by :meth:`check`)."""
