@@ -224,3 +224,31 @@ def test_stopped_server_is_replaced(monkeypatch):
         counters = reward.counters()
         assert counters["verifier/server_restarts"] == 1.0
         assert counters["verifier/worker_crashes"] == 1.0
+
+
+def test_server_failing_twice_is_an_error(monkeypatch):
+    # A server that dies at every request (e.g. fork fails for lack of memory):
+    # one new server is tried, then the call fails saying so.
+    class DyingServer:
+        def __init__(self, timeout, log):
+            self.dead, self.start_seconds = False, 0.0
+
+        def alive(self):
+            return not self.dead
+
+        def spawn(self):
+            self.dead = True
+            raise pool_module.ServerGone("the verifier server died (exit code -11)")
+
+        def reap(self, pid):
+            return "unknown"
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(pool_module, "_ForkServer", DyingServer)
+    reward = MathVerifyReward(timeout=1, workers=1)
+    with pytest.raises(RuntimeError, match=r"died \(exit code -11\), twice in a row"):
+        reward(None, ["\\boxed{1}"], answer=["1"])
+    assert reward._pool.events["server_restarts"] == 1
+    reward.close()

@@ -372,7 +372,10 @@ class VerifierPool:
             # request: once, start a new server and ask it instead.
             logger.warning("%s; starting a new one", e)
             launcher = self._launcher()
-            pid, conn = launcher.spawn()
+            try:
+                pid, conn = launcher.spawn()
+            except ServerGone as again:
+                raise _start_error(f"{again}, twice in a row", self._procs.log) from again
         # Wait for the worker's "ready": answer deadlines then measure checking
         # only, never the start-up of a process on a loaded machine.
         try:
