@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,43 @@ def test_server_failing_twice_is_an_error(monkeypatch):
         reward(None, ["\\boxed{1}"], answer=["1"])
     assert reward._pool.events["server_restarts"] == 1
     reward.close()
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+def test_no_verifier_outlives_a_killed_parent(tmp_path):
+    # The training process is SIGKILLed (no exit handlers run) while a worker
+    # is busy on a hostile answer: the server sees end of file on its control
+    # socket and kills its workers, the busy one included.
+    script = textwrap.dedent(
+        """
+        import collections, time
+        from contrastive_rlvr.rewards import MathVerifyReward
+        r = MathVerifyReward(timeout=60, workers=2, max_answer_chars=None)
+        r(None, ["\\\\boxed{1}"], answer=["1"])
+        pool = r._pool
+        # Hand a worker a hostile answer (up to 60 s of sympy), then wait to be killed.
+        pool._dispatch([("1", "(10^{10})!")], collections.deque([0]))
+        print(pool._procs.launcher.process.pid, *pool.pids, flush=True)
+        time.sleep(120)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 3, "the script did not start its pool"
+    proc.kill()
+    proc.wait()
+    for _ in range(1000):  # bounded poll, no timing asserted
+        if all(_dead(pid) for pid in pids):
+            break
+        time.sleep(0.01)
+    assert [pid for pid in pids if not _dead(pid)] == []
