@@ -112,7 +112,7 @@ class MathVerifyReward:
             parsed (``reward/too_long``); None checks any length.
         start_method: how workers start: ``"forkserver"`` (forks of one warm
             verifier server, milliseconds each) or ``"spawn"`` (a fresh
-            interpreter per worker, about a second each); neither imports
+            interpreter per worker, one to a few seconds each); neither imports
             the caller's ``__main__`` (:mod:`.pool`).
 
     ``reward(prompts, completions, answer=[...])`` returns one float per

@@ -17,7 +17,7 @@ How workers start (``start_method``):
   warm worker per request, so a replacement costs milliseconds. The sockets
   to the workers are handed to it over a Unix socket (``SCM_RIGHTS``).
 - ``"spawn"``: each worker is a fresh interpreter of the same module
-  (about a second each: imports and warm-up), for systems without ``fork``.
+  (one to a few seconds each: imports and warm-up), for systems without ``fork``.
 
 Either way no process ever imports the user's ``__main__``: unlike
 :mod:`multiprocessing`, whose workers re-run the main module (a script
