@@ -18,6 +18,18 @@ cross-entropy on the completion and ``<eos>`` only (prompt and padding
 labels are ``IGNORE_INDEX``), mean over those tokens of the batch; AdamW,
 linear warm-up then cosine decay to 0, gradient norm clipped.
 
+Reading warm start (``context_frac > 0``): BiCC scores each completion after
+the group's opposite attempts, a context the plain warm start never shows, so
+for the tiny model those conditioned prompts are out of distribution. With
+``context_frac`` a share of the demonstrations is shown after such a context,
+laid out token for token as BiCC lays it out
+(:func:`~contrastive_rlvr.algorithms.bicc.build_context` with the default
+:class:`~contrastive_rlvr.algorithms.BiCCTemplate`), and the demonstrator
+*reads* it: after correct attempts it writes the reference chain (the answer
+is in the context); after wrong attempts it slips as usual but never repeats
+a shown wrong answer. Half of the context examples show correct attempts,
+half wrong ones, 1 to ``context_max_attempts`` of them.
+
 Deterministic for a seed: batches and slips come from ``random.Random(seed)``;
 the model has no dropout, so no torch RNG is used.
 """
@@ -33,7 +45,8 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .task import noisy_solution, parse_prompt
+from ..algorithms.bicc import BiCCTemplate, EncodedTemplate, build_context
+from .task import Problem, chain_answer, noisy_solution, parse_prompt
 
 # Label of positions without a loss (torch's cross_entropy default).
 IGNORE_INDEX = -100
@@ -52,6 +65,11 @@ class WarmStartConfig:
         max_grad_norm: gradient norm clip.
         error_rate: share of demonstrations with one step's result wrong.
         seed: seed of the batch order and the slips.
+        context_frac: share of demonstrations shown after a BiCC context of
+            opposite attempts that the demonstrator reads (module docstring);
+            0 is the plain warm start.
+        context_max_attempts: most attempts in such a context (BiCC shows at
+            most G - 1: 7 for the embedded default's G = 8).
     """
 
     steps: int = 800
@@ -62,6 +80,8 @@ class WarmStartConfig:
     max_grad_norm: float = 1.0
     error_rate: float = 0.4
     seed: int = 0
+    context_frac: float = 0.0
+    context_max_attempts: int = 7
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
@@ -76,6 +96,15 @@ class WarmStartConfig:
             )
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"WarmStartConfig.error_rate must be in [0, 1], got {self.error_rate}")
+        if not 0.0 <= self.context_frac <= 1.0:
+            raise ValueError(
+                f"WarmStartConfig.context_frac must be in [0, 1], got {self.context_frac}"
+            )
+        if self.context_max_attempts < 1:
+            raise ValueError(
+                "WarmStartConfig.context_max_attempts must be >= 1, got "
+                f"{self.context_max_attempts}"
+            )
         if self.weight_decay < 0 or self.max_grad_norm <= 0:
             raise ValueError(
                 "WarmStartConfig: need weight_decay >= 0 and max_grad_norm > 0, got "
@@ -95,7 +124,7 @@ def lr_factor(step: int, *, steps: int, warmup_steps: int) -> float:
 
 def collate(
     tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
+    prompts: list[str | list[int]],
     completions: list[str],
     cache: dict[tuple[str, bool], list[int]] | None = None,
 ) -> dict[str, torch.Tensor]:
@@ -107,7 +136,8 @@ def collate(
     is needed: padding only follows a row's real tokens, which the causal mask
     already hides it from, and padded positions carry no label. ``cache``
     memoises encodings (the task has few distinct strings; encoding them anew
-    each step took about a third of the step time).
+    each step took about a third of the step time). A prompt given as a list
+    of token ids (a conditioned prompt, :func:`context_prompt`) is used as is.
     """
     memo = {} if cache is None else cache
 
@@ -118,7 +148,7 @@ def collate(
 
     rows, label_rows = [], []
     for prompt, completion in zip(prompts, completions, strict=True):
-        p = encode(prompt, True)
+        p = list(prompt) if isinstance(prompt, list) else encode(prompt, True)
         target = encode(completion, False) + [tokenizer.eos_token_id]
         rows.append(p + target)
         label_rows.append([IGNORE_INDEX] * len(p) + target)
@@ -129,6 +159,65 @@ def collate(
         [r + [IGNORE_INDEX] * (width - len(r)) for r in label_rows], dtype=torch.long
     )
     return {"input_ids": input_ids, "labels": labels}
+
+
+def context_demonstration(
+    problem: Problem, rng: random.Random, error_rate: float, max_attempts: int
+) -> tuple[list[str], bool, str]:
+    """One reading example: ``(attempts, attempts_correct, target)``.
+
+    With probability 1/2 the attempts are 1..``max_attempts`` copies of the
+    reference chain and the target is the reference chain. Otherwise they are
+    1..``max_attempts`` wrong chains (distinct while the task has that many
+    slips, drawn as the plain demonstrator's) and the target is a plain noisy
+    demonstration redrawn until its answer is none of the attempts' answers
+    (the reference chain if 20 draws all repeat one).
+    """
+    count = rng.randint(1, max_attempts)
+    if rng.random() < 0.5:
+        return [problem.solution] * count, True, problem.solution
+    wrong: list[str] = []
+    for _ in range(8 * count):  # distinct slips first; a 3-term sum has at most 4
+        chain = noisy_solution(problem, rng, 1.0)
+        if chain not in wrong:
+            wrong.append(chain)
+        if len(wrong) == count:
+            break
+    while len(wrong) < count:
+        wrong.append(wrong[rng.randrange(len(wrong))])
+    shown = {chain_answer(c) for c in wrong}
+    for _ in range(20):
+        target = noisy_solution(problem, rng, error_rate)
+        if chain_answer(target) not in shown:
+            return wrong, False, target
+    return wrong, False, problem.solution
+
+
+def encode_template(tokenizer: PreTrainedTokenizerBase, max_items: int) -> EncodedTemplate:
+    """The default BiCC framing as the trainer encodes it (no special tokens)."""
+    return BiCCTemplate().encode(
+        lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], max_items=max_items
+    )
+
+
+def context_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    attempts: list[str],
+    attempts_correct: bool,
+    encoded: EncodedTemplate | None = None,
+) -> list[int]:
+    """Token ids of ``prompt`` followed by BiCC's context of ``attempts``, exactly as
+    :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` lays out a conditioned
+    prompt (``after_prompt`` placement, no truncation: the task's chains are short).
+    ``encoded``: the framing as ids (default: the default template, encoded here)."""
+    if encoded is None:
+        encoded = encode_template(tokenizer, len(attempts))
+    ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in attempts]
+    header = encoded.header_correct if attempts_correct else encoded.header_wrong
+    budget = sum(map(len, ids)) + 1024  # room for every attempt and the framing
+    context = build_context(ids, header, encoded, budget, "middle")
+    return tokenizer(prompt, add_special_tokens=True)["input_ids"] + context
 
 
 def completion_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -175,16 +264,24 @@ def sft_warm_start(
         lambda step: lr_factor(step, steps=cfg.steps, warmup_steps=cfg.warmup_steps),
     )
     cache: dict[tuple[str, bool], list[int]] = {}
+    encoded = encode_template(tokenizer, cfg.context_max_attempts) if cfg.context_frac else None
     was_training = model.training
     model.train()
     for step in range(1, cfg.steps + 1):
         picked = [problems[rng.randrange(len(problems))] for _ in range(cfg.batch_size)]
-        batch = collate(
-            tokenizer,
-            [p.prompt for p in picked],
-            [noisy_solution(p, rng, cfg.error_rate) for p in picked],
-            cache,
-        )
+        prompts: list[str | list[int]] = []
+        targets: list[str] = []
+        for p in picked:
+            if cfg.context_frac > 0 and rng.random() < cfg.context_frac:
+                attempts, correct, target = context_demonstration(
+                    p, rng, cfg.error_rate, cfg.context_max_attempts
+                )
+                prompts.append(context_prompt(tokenizer, p.prompt, attempts, correct, encoded))
+                targets.append(target)
+            else:
+                prompts.append(p.prompt)
+                targets.append(noisy_solution(p, rng, cfg.error_rate))
+        batch = collate(tokenizer, prompts, targets, cache)
         loss = completion_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
