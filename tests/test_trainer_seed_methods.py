@@ -25,9 +25,9 @@ import contrastive_rlvr.trainer.loss as loss_module
 import contrastive_rlvr.trainer.stages.reco as reco_stage_module
 from contrastive_rlvr.algorithms import ArithmeticStepScorer, group_advantages, verigate_advantages
 from contrastive_rlvr.embedded import load_char_tokenizer
-from contrastive_rlvr.process_scorers import PRMScorer
 from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
 from contrastive_rlvr.trainer.seed_inputs import build_process_scorer, guided_rows, response_keys
+from contrastive_rlvr.trainer.stages.process_scorers import PRMScorer
 
 SOLUTION = "12+5=17"  # hint at fraction 0.5: the first floor(0.5 * 7) = 3 characters, "12+"
 SCORER = "test_trainer_seed_methods:digit_scorer"
