@@ -83,3 +83,19 @@ def test_a_built_pipeline_runs_on_a_hand_made_batch(tmp_path):
     assert logged["reward/accuracy"] == [0.5]
     assert {f"timing_s/{n}" for n in pipeline.names} <= set(logged)
     assert torch.equal(batch.shared["stats"]["rewards"], torch.tensor([1.0, 0.0]))
+
+
+def test_the_architecture_table_lists_every_stage():
+    from pathlib import Path
+
+    import contrastive_rlvr.trainer.stages as stages
+
+    doc = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    rows = {line.split("|")[2].strip(): line for line in doc.splitlines() if "| `" in line}
+    classes = [getattr(stages, n) for n in stages.__all__]
+    named = [c for c in classes if isinstance(getattr(c, "name", None), str)]
+    assert len(named) == 9
+    for cls in named:
+        key = f"`{cls.__name__}` (`{cls.name}`)"
+        assert key in rows, f"docs/architecture.md has no row for {key}"
+        assert f"`{cls.__module__.rsplit('.', 1)[1]}.py`" in rows[key]
