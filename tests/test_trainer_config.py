@@ -98,13 +98,14 @@ def test_cli_reports_a_bad_value_without_a_traceback(tmp_path):
     assert "bicc_context_ratio=1.5 is invalid" in result.output
 
 
-def test_bicc_mix_is_checked_only_with_bicc_on():
-    # The embedded YAML sets bicc_mix 0.5; ConSPO with BiCC off must not trip on it.
+def test_conspo_takes_the_embedded_bicc_mix():
+    # The embedded YAML sets bicc: true and bicc_mix 0.5; ConSPO takes it (the mix is
+    # defined for every recipe, tests/test_trainer_loss.py), with BiCC on or off.
     assert config(recipe="conspo", bicc_mix=0.5).bicc_mix == 0.5
+    cfg = parse_config(None, ["--recipe", "conspo"])
+    assert cfg.recipe == "conspo" and cfg.bicc is True and cfg.bicc_mix == 0.5
     cfg = parse_config(None, ["--recipe", "conspo", "--bicc", "false"])
-    assert cfg.recipe == "conspo" and cfg.bicc is False
-    with pytest.raises(ValueError, match="bicc_mix=0.5 is invalid"):
-        config(recipe="conspo", bicc=True, bicc_mix=0.5)
+    assert cfg.bicc is False
     with pytest.raises(ValueError, match="bicc_mix=1.5 is invalid"):
         config(bicc_mix=1.5)
 

@@ -111,6 +111,32 @@ def test_mixed_loss_weights_the_two_prompts():
     assert loss.item() == pytest.approx(61.0)
 
 
+def test_conspo_mix_is_the_same_loss_on_both_prompts():
+    from contrastive_rlvr.algorithms import conspo_loss
+
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        # Row-dependent values so that ConSPO's scores differ between the two prompts.
+        base = torch.tensor([[-0.5], [-2.0]]) * (1.0 if share_prefix else 3.0)
+        return base.expand(-1, completion_ids.size(1)).clone()
+
+    inputs = {
+        "prompt_ids": torch.ones(2, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(2, 1),
+        "bicc_prompt_ids": torch.full((2, 3), 9),
+        "bicc_prompt_mask": torch.ones(2, 3),
+        "completion_ids": torch.zeros(2, 2, dtype=torch.long),
+        "completion_mask": torch.ones(2, 2),
+        "rewards": torch.tensor([1.0, 0.0]),
+    }
+    objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
+    mixed, _ = MixedLoss(objective, mix=0.5)(None, inputs, LossContext(logps, 2))
+    mask = inputs["completion_mask"]
+    cond, _ = conspo_loss(torch.tensor([[-0.5] * 2, [-2.0] * 2]), mask, inputs["rewards"], 2)
+    plain, _ = conspo_loss(torch.tensor([[-1.5] * 2, [-6.0] * 2]), mask, inputs["rewards"], 2)
+    assert cond.item() != pytest.approx(plain.item())
+    assert mixed.item() == pytest.approx(0.5 * cond.item() + 0.5 * plain.item())
+
+
 def test_conspo_loss_is_divided_by_the_accumulation_steps():
     objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
     logp = torch.tensor([[-0.5, -1.0], [-2.0, -0.1]])

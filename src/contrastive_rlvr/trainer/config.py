@@ -24,7 +24,6 @@ from .config_groups import (
     RCCOptions,
     RecipeOptions,
     SeedMethodOptions,
-    check,
 )
 
 
@@ -65,13 +64,6 @@ class RLVRConfig(
 
     def _validate_combinations(self) -> None:
         """Checks across groups: the methods that can be combined with the recipe."""
-        check(
-            not self.bicc or self.bicc_mix == 1.0 or self.recipe != "conspo",
-            "bicc_mix",
-            self.bicc_mix,
-            "mixing plain and conditioned losses is defined for the policy recipes only; "
-            "set bicc_mix=1.0 with recipe='conspo'",
-        )
         check_seed_method_compat(
             self.recipe,
             verigate=self.verigate,

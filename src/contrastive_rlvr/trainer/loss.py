@@ -216,12 +216,15 @@ class ContrastiveObjective:
         self.threshold, self.sampling_rcc = threshold, sampling_rcc
 
     def __call__(
-        self, logp: torch.Tensor, inputs: dict, ctx: LossContext
+        self, logp: torch.Tensor, inputs: dict, ctx: LossContext, *, plain: bool = False
     ) -> tuple[torch.Tensor, Metrics]:
+        """``plain``: the plain-prompt share of BiCC's mix (RCC's sampling delta then
+        against the plain prompt's pi_old)."""
         baseline = inputs.get("conspo_baseline")
         if self.sampling_rcc is not None:
             mask = inputs["completion_mask"]
-            delta = self.sampling_rcc.delta(logp, old_logps(logp, inputs), mask)
+            key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
+            delta = self.sampling_rcc.delta(logp, old_logps(logp, inputs, key), mask)
             baseline = rcc_baseline(
                 inputs["rewards"], delta, ctx.group_size, coef=self.sampling_rcc.coef
             )
@@ -252,10 +255,10 @@ class Loss:
 
 class MixedLoss(Loss):
     """BiCC with ``mix < 1``: ``mix`` x the loss on the conditioned prompts plus
-    ``1 - mix`` x the same policy loss on the plain prompts (this project's option,
-    docs/bicc.md); the metrics are the conditioned share's."""
+    ``1 - mix`` x the same loss (policy or ConSPO) on the plain prompts (this project's
+    option, docs/bicc.md); the metrics are the conditioned share's."""
 
-    def __init__(self, objective: PolicyObjective, mix: float) -> None:
+    def __init__(self, objective: PolicyObjective | ContrastiveObjective, mix: float) -> None:
         super().__init__(PolicyLogps(conditioned=True), objective)
         self.plain_logps, self.mix = PolicyLogps(conditioned=False), mix
 
@@ -270,7 +273,6 @@ def build_loss(cfg, recipe: Recipe) -> Loss:  # noqa: ANN001
     sampling_rcc = None
     if cfg.rcc and cfg.rcc_reference == "sampling":
         sampling_rcc = SamplingRCC(coef=cfg.rcc_coef, reduce=cfg.rcc_delta)
-    logps = PolicyLogps(conditioned=cfg.bicc)
     if recipe.objective == "contrastive":
         objective = ContrastiveObjective(
             tau=cfg.conspo_tau,
@@ -279,7 +281,14 @@ def build_loss(cfg, recipe: Recipe) -> Loss:  # noqa: ANN001
             threshold=cfg.reward_threshold,
             sampling_rcc=sampling_rcc,
         )
-        return Loss(logps, objective)
+    else:
+        objective = _policy_objective(cfg, recipe, sampling_rcc)
+    if cfg.bicc and cfg.bicc_mix < 1.0:
+        return MixedLoss(objective, cfg.bicc_mix)
+    return Loss(PolicyLogps(conditioned=cfg.bicc), objective)
+
+
+def _policy_objective(cfg, recipe: Recipe, sampling_rcc: SamplingRCC | None) -> PolicyObjective:  # noqa: ANN001
     name, defaults = seed_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
@@ -288,7 +297,7 @@ def build_loss(cfg, recipe: Recipe) -> Loss:  # noqa: ANN001
         extra = reco_options(cfg.reco_factor_norm)
     elif cfg.oc_grpo:
         extra = oc_options(cfg.oc_max_weight, cfg.oc_weight_level)
-    objective = PolicyObjective(
+    return PolicyObjective(
         name,
         recipe,
         defaults=defaults,
@@ -301,6 +310,3 @@ def build_loss(cfg, recipe: Recipe) -> Loss:  # noqa: ANN001
         sampling_rcc=sampling_rcc,
         extra=extra,
     )
-    if cfg.bicc and cfg.bicc_mix < 1.0:
-        return MixedLoss(objective, cfg.bicc_mix)
-    return Loss(logps, objective)

@@ -37,7 +37,7 @@ class BiCCOptions:
     bicc_mix: float = field(
         default=1.0,
         metadata={
-            "help": "Share of the policy loss computed on the conditioned prompts; the "
+            "help": "Share of the loss (policy or ConSPO) computed on the conditioned prompts; the "
             "rest on the plain prompts. 1.0 is BiCC as the paper states it; lower values "
             "are this project's option (docs/bicc.md). Read only with bicc on."
         },
