@@ -11,6 +11,7 @@ import torch
 from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model, token_parity_reward
 
 import contrastive_rlvr.trainer.loss as loss_module
+import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
 from contrastive_rlvr.algorithms import group_advantages, rcc_advantages
 from contrastive_rlvr.trainer.batching import group_permutation
 from contrastive_rlvr.trainer.loss import build_loss
@@ -232,3 +233,17 @@ def test_generation_batch_runs_the_stage_pipeline_with_timings(model_dir, tmp_pa
     logged = trainer._metrics["train"]
     for name in ["generate_and_score", *trainer.pipelines["train"].names]:
         assert len(logged[f"timing_s/{name}"]) == 1 and logged[f"timing_s/{name}"][0] >= 0
+
+
+def test_the_trainer_stays_thin():
+    # Only the TRL hooks and the plumbing they share: no method-specific code (that is in
+    # the stages and the loss), a short module, short methods.
+    import inspect
+
+    source = inspect.getsource(rlvr_trainer_module)
+    assert len(source.splitlines()) < 300
+    for name, member in vars(rlvr_trainer_module.RLVRTrainer).items():
+        if inspect.isfunction(member):
+            assert len(inspect.getsourcelines(member)[0]) <= 60, name
+    for switch in ("bicc", "rcc", "verigate", "reco", "oc_grpo", "dynamic_sampling"):
+        assert f"cfg.{switch}" not in source and f"config.{switch}" not in source

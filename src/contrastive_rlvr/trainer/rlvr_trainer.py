@@ -192,7 +192,7 @@ class RLVRTrainer(GRPOTrainer):
             gather_object=gather_object,
             log=lambda key, value: self._log(mode, key, value),
             policy_logps=self._no_grad_logps(self.model),
-            reference_logps=self._no_grad_logps(self.ref_model) if self.ref_model else None,
+            reference_logps=None if self.ref_model is None else self._no_grad_logps(self.ref_model),
             process_index=acc.process_index,
             num_processes=acc.num_processes,
             pad_across_processes=acc.pad_across_processes,
