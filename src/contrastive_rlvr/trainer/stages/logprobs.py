@@ -1,6 +1,7 @@
 """No-grad log-prob passes on the plain prompt: old (log pi_old(o | q)), reference
-(log pi_ref(o | q)) and the per-completion delta between them (RCC, arXiv eq. for
-delta = mean_t log pi_old - log pi_ref; the delta diagnostics of docs/metrics.md)."""
+(log pi_ref(o | q)) and the per-completion delta = mean_t (log pi_old - log pi_ref)
+between them (RCC's confidence shift, ALGORITHMS.md; the delta diagnostics of
+docs/metrics.md)."""
 
 from __future__ import annotations
 
