@@ -150,3 +150,12 @@ def test_field_overrides_take_both_spellings():
     b = parse_config(None, ["--max-completion-length", "12", "--bicc_context_ratio", "0.3"])
     assert a.max_completion_length == b.max_completion_length == 12
     assert a.bicc_context_ratio == b.bicc_context_ratio == 0.3
+
+
+def test_compare_default_matrix_validates(tmp_path):
+    # Every recipe x {plain, bicc, rcc, bicc+rcc} x seed on the embedded YAML (bicc_mix 0.5).
+    from contrastive_rlvr.compare import make_spec, plan_runs
+
+    spec = make_spec(None, output_dir=tmp_path / "cmp")
+    runs = plan_runs(spec)
+    assert len(runs) == len(spec.recipes) * len(spec.arms) * len(spec.seeds) == 72
