@@ -6,6 +6,7 @@ Every field can be given on the command line as ``--field_name value`` or
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import typing
 from importlib import resources
@@ -18,6 +19,8 @@ from .config import RLVRConfig
 from .config_groups import GROUPS
 
 EMBEDDED_CONFIG = "embedded.yaml"
+CONFIG_HELP = "YAML file of the fields below (default: the embedded default's)."
+FLAG_HELP = "Print this help, and exit."
 TRL_GROUP = "TRL (GRPOConfig and transformers' TrainingArguments)"
 USAGE = "contrastive-rlvr train [--config FILE] [--FIELD VALUE ...]"
 DESCRIPTION = (
@@ -95,9 +98,10 @@ def config_help() -> str:
     sections.append(_help_section(TRL_GROUP, rest, hints))
     parser = HfArgumentParser(sections, usage=USAGE, description=DESCRIPTION, add_help=False)
     command = parser.add_argument_group("Command")
-    command.add_argument("--config", metavar="FILE", help="YAML file of the fields below.")
-    command.add_argument("--fields", action="store_true", help="Print this help, and exit.")
-    command.add_argument("--help", "-h", action="store_true", help="Print this help, and exit.")
+    quiet = argparse.SUPPRESS  # no "(default: ...)" after the command's own options
+    command.add_argument("--config", metavar="FILE", default=quiet, help=CONFIG_HELP)
+    for flag in (["--fields"], ["--help", "-h"]):
+        command.add_argument(*flag, action="store_true", default=quiet, help=FLAG_HELP)
     # The command's options first, then the project's groups, then TRL's.
     parser._action_groups.insert(0, parser._action_groups.pop())
     return parser.format_help()
