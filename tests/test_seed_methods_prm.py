@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from contrastive_rlvr.process_scorers import PRMScorer
+from contrastive_rlvr.trainer.stages.process_scorers import PRMScorer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -94,3 +96,66 @@ def test_cli_reports_a_bad_value_without_a_traceback(tmp_path):
     result = CliRunner().invoke(app, ["train", "--bicc_context_ratio", "1.5"])
     assert result.exit_code == 2
     assert "bicc_context_ratio=1.5 is invalid" in result.output
+
+
+def test_conspo_takes_the_embedded_bicc_mix():
+    # The embedded YAML sets bicc: true and bicc_mix 0.5; ConSPO takes it (the mix is
+    # defined for every recipe, tests/test_trainer_loss.py), with BiCC on or off.
+    assert config(recipe="conspo", bicc_mix=0.5).bicc_mix == 0.5
+    cfg = parse_config(None, ["--recipe", "conspo"])
+    assert cfg.recipe == "conspo" and cfg.bicc is True and cfg.bicc_mix == 0.5
+    cfg = parse_config(None, ["--recipe", "conspo", "--bicc", "false"])
+    assert cfg.bicc is False
+    with pytest.raises(ValueError, match="bicc_mix=1.5 is invalid"):
+        config(bicc_mix=1.5)
+
+
+def test_each_group_validates_its_own_fields():
+    from contrastive_rlvr.trainer.config_groups import GROUPS, BiCCOptions, RCCOptions
+
+    names = [f.name for g in GROUPS for f in dataclasses.fields(g)]
+    assert len(names) == len(set(names)), "a field belongs to one group"
+    assert set(names) <= {f.name for f in dataclasses.fields(RLVRConfig)}
+    # A group checks its fields on its own, without the rest of the config.
+    with pytest.raises(ValueError, match="bicc_context_ratio"):
+        BiCCOptions(bicc_context_ratio=1.0).validate_bicc()
+    with pytest.raises(ValueError, match="rcc_coef"):
+        RCCOptions(rcc_coef=float("inf")).validate_rcc()
+
+
+def test_train_help_lists_every_field_project_groups_first():
+    from typer.testing import CliRunner
+
+    from contrastive_rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--help"])
+    assert result.exit_code == 0
+    out = result.output
+    for f in dataclasses.fields(RLVRConfig):
+        if f.init:
+            assert f"--{f.name}" in out, f.name
+    # Help text, not only names: BiCC's ratio mode and TRL's learning rate.
+    assert "pi_old(o|q)" in out and "The initial learning rate" in out
+    headings = ["Command:", "Model, data and run:", "Recipe and loss:", "BiCC (", "RCC ("]
+    headings += ["Seed methods (", "Diagnostics:", "TRL ("]
+    positions = [out.index("\n" + h) for h in headings]
+    assert positions == sorted(positions)
+    assert out.index("--bicc_mix") < out.index("\nTRL (") < out.index("--learning_rate")
+    # The project overrides TRL's beta: it is listed once, in the recipe group.
+    assert out.count("--beta BETA") == 1 and out.index("--beta") < out.index("\nBiCC (")
+
+
+def test_field_overrides_take_both_spellings():
+    a = parse_config(None, ["--max_completion_length", "12", "--bicc-context-ratio", "0.3"])
+    b = parse_config(None, ["--max-completion-length", "12", "--bicc_context_ratio", "0.3"])
+    assert a.max_completion_length == b.max_completion_length == 12
+    assert a.bicc_context_ratio == b.bicc_context_ratio == 0.3
+
+
+def test_compare_default_matrix_validates(tmp_path):
+    # Every recipe x {plain, bicc, rcc, bicc+rcc} x seed on the embedded YAML (bicc_mix 0.5).
+    from contrastive_rlvr.compare import make_spec, plan_runs
+
+    spec = make_spec(None, output_dir=tmp_path / "cmp")
+    runs = plan_runs(spec)
+    assert len(runs) == len(spec.recipes) * len(spec.arms) * len(spec.seeds) == 72

@@ -49,3 +49,14 @@ def test_recipe_arm_trains(model_dir, tmp_path, recipe, arm):
         assert all("bicc/context_tokens" in h for h in logs)
         assert any(h["bicc/context_tokens"] > 0 for h in logs)
     assert all("rcc/cov" in h and "adv/collapse_rate" in h for h in logs)
+
+
+def test_conspo_with_the_embedded_bicc_mix_trains(model_dir, tmp_path):
+    # The embedded default's bicc_mix 0.5 with ConSPO: half the loss on plain prompts.
+    config = make_config(tmp_path, recipe="conspo", bicc=True, bicc_mix=0.5)
+    trainer = make_trainer(model_dir, config)
+    assert type(trainer.loss).__name__ == "MixedLoss"
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == config.max_steps and all(math.isfinite(x) for x in losses)
+    assert trainer.nonfinite_losses == 0

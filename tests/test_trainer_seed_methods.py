@@ -21,12 +21,13 @@ from test_trainer_hooks import direct_logps, rows
 from trainer_utils import GROUP, make_config, save_tiny_model
 from transformers import AutoModelForCausalLM
 
-import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
+import contrastive_rlvr.trainer.loss as loss_module
+import contrastive_rlvr.trainer.stages.reco as reco_stage_module
 from contrastive_rlvr.algorithms import ArithmeticStepScorer, group_advantages, verigate_advantages
 from contrastive_rlvr.embedded import load_char_tokenizer
-from contrastive_rlvr.process_scorers import PRMScorer
 from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
 from contrastive_rlvr.trainer.seed_inputs import build_process_scorer, guided_rows, response_keys
+from contrastive_rlvr.trainer.stages.process_scorers import PRMScorer
 
 SOLUTION = "12+5=17"  # hint at fraction 0.5: the first floor(0.5 * 7) = 3 characters, "12+"
 SCORER = "test_trainer_seed_methods:digit_scorer"
@@ -202,13 +203,13 @@ def test_oc_grpo_guided_prompts_and_loss_on_the_unguided_prompt(model_dir, tmp_p
     assert trainer._metrics["train"]["oc/rescued_frac"][-1] == 1.0
 
     captured = {}
-    real = rlvr_trainer_module.policy_loss
+    real = loss_module.policy_loss
 
     def capture(name, logp, old, advantages, mask, **options):
         captured.update(name=name, logp=logp.detach(), old=old, guided=options.get("guided"))
         return real(name, logp, old, advantages, mask, **options)
 
-    monkeypatch.setattr(rlvr_trainer_module, "policy_loss", capture)
+    monkeypatch.setattr(loss_module, "policy_loss", capture)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop
     trainer._compute_loss(trainer.model, out)
     assert captured["name"] == "oc_grpo" and captured["guided"].all()
@@ -271,7 +272,7 @@ def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, 
     # Two micro-batches of one group each; their losses must sum to the ReCo loss of the
     # whole window, whose default normalisers are the window's sum of weights and its own
     # mean p(1-p) (reco_loss without num_rows / variance_mean).
-    monkeypatch.setattr(rlvr_trainer_module, "response_keys", parity_keys)
+    monkeypatch.setattr(reco_stage_module, "response_keys", parity_keys)
     config = make_config(
         tmp_path, reco=True, gradient_accumulation_steps=2, per_device_train_batch_size=GROUP
     )
@@ -306,7 +307,7 @@ def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, 
         return torch.cat([torch.nn.functional.pad(p, (0, width - p.size(1))) for p in parts])
 
     logp, mask = cat(logps), cat(masks)
-    expected, _ = rlvr_trainer_module.policy_loss(
+    expected, _ = loss_module.policy_loss(
         "reco", logp, logp, torch.cat(advantages), mask, weights=torch.cat(weights)
     )
     assert total.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)

@@ -1,4 +1,7 @@
-"""The ``contrastive-rlvr`` command line."""
+"""contrastive-rlvr: RL with verifiable rewards for language models (GRPO variants with
+BiCC, RCC, ConSPO and the seed methods), on TRL.
+
+Each command's --help lists its options; `train --help` lists every training field."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ def main() -> None:
     """RLVR for language models: GRPO variants with BiCC, RCC, ConSPO and more."""
 
 
-@app.command()
+@app.command(short_help="List the recipes with their papers.")
 def recipes() -> None:
     """List the recipes with their papers."""
     from .algorithms import RECIPES
@@ -27,7 +30,13 @@ def recipes() -> None:
 
 
 @app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    short_help="Train a model with a recipe (default: the offline embedded run).",
+    # --help is this command's own: it lists every RLVRConfig field, not just the three below.
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "help_option_names": [],
+    },
 )
 def train(
     ctx: typer.Context,
@@ -37,6 +46,9 @@ def train(
     fields: bool = typer.Option(
         False, "--fields", help="List every RLVRConfig field with its meaning, and exit."
     ),
+    show_help: bool = typer.Option(
+        False, "--help", "-h", help="List every option with its help text, and exit."
+    ),
 ) -> None:
     """Train. With no arguments: the embedded default (tiny model, arithmetic task,
     SFT warm start, then GRPO + BiCC + RCC), offline. Any RLVRConfig field can be
@@ -45,7 +57,7 @@ def train(
     from .trainer import train as run_training
     from .trainer.parse import config_help, parse_config
 
-    if fields:
+    if fields or show_help:
         typer.echo(config_help())
         raise typer.Exit(0)
     try:
@@ -62,7 +74,10 @@ def train(
     typer.echo(json.dumps(summary))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    short_help="Compare recipes with and without BiCC and RCC over seeds, with a results table.",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
 def compare(
     ctx: typer.Context,
     out: Path | None = typer.Option(None, "--out", help="Output folder (default runs/compare)."),
@@ -106,7 +121,7 @@ def compare(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="Plot the curves and diagnostics of training runs as PNG figures.")
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders, or a compare output folder."),
     out: Path | None = typer.Option(
@@ -126,7 +141,9 @@ def plot(
         typer.echo(str(path))
 
 
-@app.command("eval")
+@app.command(
+    "eval", short_help="Evaluate a model on math benchmarks: avg@n, pass@k and unparsable rate."
+)
 def eval_command(
     model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
     benchmarks: str = typer.Option(
@@ -134,17 +151,26 @@ def eval_command(
     ),
     n: int = typer.Option(32, "--n", help="Samples per problem (seeds 0..n-1)."),
     limit: int | None = typer.Option(None, "--limit", help="First N problems per benchmark."),
-    max_new_tokens: int = typer.Option(4096, "--max-new-tokens"),
-    temperature: float = typer.Option(0.6, "--temperature"),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per generate call (HF)."),
+    max_new_tokens: int = typer.Option(
+        4096, "--max-new-tokens", "--max_new_tokens", help="Longest completion, in tokens."
+    ),
+    temperature: float = typer.Option(0.6, "--temperature", help="Sampling temperature."),
+    top_p: float = typer.Option(0.95, "--top-p", "--top_p", help="Nucleus sampling p."),
+    batch_size: int = typer.Option(
+        16, "--batch-size", "--batch_size", help="Prompts per generate call (HF)."
+    ),
     backend: str = typer.Option("auto", "--backend", help="auto, hf or vllm."),
-    output_dir: Path = typer.Option(Path("eval_results"), "--output-dir"),
+    output_dir: Path = typer.Option(
+        Path("eval_results"), "--output-dir", "--output_dir", help="Folder of the results."
+    ),
     benchmarks_dir: Path | None = typer.Option(
-        None, "--benchmarks-dir", help="Folder of benchmark jsonl files."
+        None, "--benchmarks-dir", "--benchmarks_dir", help="Folder of benchmark jsonl files."
     ),
     last_number_fallback: bool = typer.Option(
-        False, "--last-number-fallback", help="Score the last number when no answer is boxed."
+        False,
+        "--last-number-fallback",
+        "--last_number_fallback",
+        help="Score the last number when no answer is boxed.",
     ),
 ) -> None:
     """Sample n completions per problem, verify them, print avg@n, pass@k, unparsable."""

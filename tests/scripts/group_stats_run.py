@@ -50,15 +50,16 @@ def main(model_dir: str, out_dir: str, per_device: int) -> None:
     )
     trainer = make_trainer(Path(model_dir), config, trainer_cls=FixedCompletionsTrainer)
     stats = []
-    original = trainer._log_batch_diagnostics
+    original = trainer._generate_and_score_completions
 
-    def record(mode, rewards_all, delta_all, g, out):
-        original(mode, rewards_all, delta_all, g, out)
+    def record(inputs):
+        out = original(inputs)
         s = trainer.last_batch_stats
         stats.append({k: v.tolist() for k, v in s.items()})
-        stats[-1]["context_tokens_local"] = trainer._metrics[mode]["bicc/context_tokens"][-1]
+        stats[-1]["context_tokens_local"] = trainer._metrics["train"]["bicc/context_tokens"][-1]
+        return out
 
-    trainer._log_batch_diagnostics = record
+    trainer._generate_and_score_completions = record
     trainer.train()
     if trainer.accelerator.is_main_process:
         Path(out_dir, "group_stats.json").write_text(json.dumps(stats))

@@ -233,9 +233,7 @@ class TrainingDiagnostics(TrainerCallback):
         params = [p for p in model.parameters() if p.requires_grad]
         if self._directions is None:
             self._directions = random_directions(params, cfg.diagnostics_directions, cfg.seed)
-        prompt = ("prompt_ids", "prompt_mask")
-        if cfg.bicc:
-            prompt = ("bicc_prompt_ids", "bicc_prompt_mask")
+        prompt = trainer.loss.logps.keys  # the prompt the loss's log-prob pass reads
         mask = batch["completion_mask"]
         scores = []
         with torch.enable_grad():

@@ -1,8 +1,14 @@
-"""Build an :class:`RLVRConfig` from a YAML file and command-line overrides."""
+"""Build an :class:`RLVRConfig` from a YAML file and command-line overrides.
+
+Every field can be given on the command line as ``--field_name value`` or
+``--field-name value`` (both spellings, as ``eval`` and ``compare`` take theirs).
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import typing
 from importlib import resources
 from pathlib import Path
 
@@ -10,8 +16,20 @@ import yaml
 from transformers import HfArgumentParser
 
 from .config import RLVRConfig
+from .config_groups import GROUPS
 
 EMBEDDED_CONFIG = "embedded.yaml"
+CONFIG_HELP = "YAML file of the fields below (default: the embedded default's)."
+FLAG_HELP = "Print this help, and exit."
+TRL_GROUP = "TRL (GRPOConfig and transformers' TrainingArguments)"
+USAGE = "contrastive-rlvr train [--config FILE] [--FIELD VALUE ...]"
+DESCRIPTION = (
+    "Train a model with RLVR. With no arguments: the embedded default (tiny model, arithmetic "
+    "task, SFT warm start, then GRPO + BiCC + RCC), offline. Values come from the YAML file "
+    "(--config, default: the embedded default), then from --field value overrides; every "
+    "field can be spelled with underscores or hyphens (--max_completion_length or "
+    "--max-completion-length)."
+)
 
 
 def default_config_path() -> Path:
@@ -45,6 +63,45 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     return config
 
 
+def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> type:
+    """A dataclass of some of RLVRConfig's fields, which ``HfArgumentParser`` lists under
+    ``title`` (its ``_argument_group_name``)."""
+    spec = [
+        (
+            f.name,
+            hints[f.name],
+            dataclasses.field(
+                default=f.default,
+                default_factory=f.default_factory,
+                init=f.init,
+                metadata=f.metadata,
+            ),
+        )
+        for f in fields
+    ]
+    section = dataclasses.make_dataclass(title.split()[0] + "Help", spec, kw_only=True)
+    section._argument_group_name = title
+    return section
+
+
 def config_help() -> str:
-    """argparse's help for every RLVRConfig field (TRL's and this project's)."""
-    return HfArgumentParser(RLVRConfig).format_help()
+    """``train --help``: the command's own options, then every RLVRConfig field with its
+    help text, this project's groups first (in :data:`GROUPS` order), TRL's after."""
+    hints = typing.get_type_hints(RLVRConfig)
+    every = {f.name: f for f in dataclasses.fields(RLVRConfig)}
+    sections, ours = [], set()
+    for group in GROUPS:
+        names = [f.name for f in dataclasses.fields(group)]
+        ours.update(names)
+        sections.append(_help_section(group.help_group, [every[n] for n in names], hints))
+    rest = [f for name, f in every.items() if name not in ours]
+    sections.append(_help_section(TRL_GROUP, rest, hints))
+    parser = HfArgumentParser(sections, usage=USAGE, description=DESCRIPTION, add_help=False)
+    command = parser.add_argument_group("Command")
+    quiet = argparse.SUPPRESS  # no "(default: ...)" after the command's own options
+    command.add_argument("--config", metavar="FILE", default=quiet, help=CONFIG_HELP)
+    for flag in (["--fields"], ["--help", "-h"]):
+        command.add_argument(*flag, action="store_true", default=quiet, help=FLAG_HELP)
+    # The command's options first, then the project's groups, then TRL's.
+    parser._action_groups.insert(0, parser._action_groups.pop())
+    return parser.format_help()

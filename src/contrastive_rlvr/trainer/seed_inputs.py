@@ -23,9 +23,9 @@ from ..algorithms import (
     token_step_index,
 )
 from ..algorithms.verigate import Span
-from ..process_scorers import PRMScorer
 from ..rewards.extract import extract_answer
 from ..rewards.loading import load_reward_function
+from .stages.process_scorers import PRMScorer
 
 
 def build_process_scorer(spec: str) -> ProcessScorer:

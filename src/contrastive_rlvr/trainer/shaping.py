@@ -29,6 +29,20 @@ class OverlongPenalty:
         return overlong_penalty(lengths, max_len=self.max_len, cache_len=self.cache_len).tolist()
 
 
+def with_overlong_penalty(reward_funcs: Any, args: Any) -> list:
+    """The reward functions, plus DAPO's overlong punishment last when the config asks
+    for it (``reward_weights``, if set, must then have one entry more)."""
+    funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+    if args.overlong_punishment:
+        if args.reward_weights is not None and len(args.reward_weights) != len(funcs) + 1:
+            raise ValueError(
+                f"reward_weights={args.reward_weights} must have {len(funcs) + 1} entries: one "
+                "per reward function plus one for the overlong punishment, which comes last"
+            )
+        funcs.append(OverlongPenalty(args.max_completion_length, args.overlong_cache_len))
+    return funcs
+
+
 def _pad_cat(pieces: list[torch.Tensor], left: bool, value: float | int) -> torch.Tensor:
     width = max(p.size(1) for p in pieces)
     padded = []
@@ -63,3 +77,14 @@ def take_rows(
             fill = pad_token_id if is_ids else 0
             out[key] = _pad_cat(pieces, left=key in LEFT_PADDED, value=fill)
     return out
+
+
+def add_unguided_keys(batch: dict[str, Any], like: dict[str, Any]) -> None:
+    """Give a batch of unguided rows the OC-GRPO entries ``like`` has (zero sampling
+    log-probs, guided flag off), so that the two merge row by row."""
+    mask = batch["completion_mask"]
+    if "oc_sampling_logps" in like and "oc_sampling_logps" not in batch:
+        dtype = like["oc_sampling_logps"].dtype
+        batch["oc_sampling_logps"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    if "oc_guided" in like and "oc_guided" not in batch:
+        batch["oc_guided"] = torch.zeros(mask.size(0), dtype=torch.bool, device=mask.device)

@@ -1,0 +1,38 @@
+"""The project's configuration groups, one dataclass per concern.
+
+:class:`~contrastive_rlvr.trainer.config.RLVRConfig` combines them with TRL's
+``GRPOConfig`` into one dataclass (one YAML file, one set of ``--field`` options).
+Each group documents its fields (their ``help`` is the ``train --help`` text),
+names itself in ``help_group`` (the heading ``train --help`` lists it under) and
+validates its own fields in ``validate_<group>()``; checks that combine groups
+live in the combined class.
+"""
+
+from .bicc import BiCCOptions
+from .common import check
+from .data import DataOptions
+from .diagnostics import DiagnosticsOptions
+from .rcc import RCCOptions
+from .recipe import RecipeOptions
+from .seed_methods import SeedMethodOptions
+
+# The order ``train --help`` lists them in (TRL's own fields come after).
+GROUPS = (
+    DataOptions,
+    RecipeOptions,
+    BiCCOptions,
+    RCCOptions,
+    SeedMethodOptions,
+    DiagnosticsOptions,
+)
+
+__all__ = [
+    "GROUPS",
+    "BiCCOptions",
+    "DataOptions",
+    "DiagnosticsOptions",
+    "RCCOptions",
+    "RecipeOptions",
+    "SeedMethodOptions",
+    "check",
+]

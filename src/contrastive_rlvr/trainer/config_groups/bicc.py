@@ -1,0 +1,129 @@
+"""BiCC options: Bilateral Context Conditioning's switch, ratio mode, loss mix,
+context budget and framing text (docs/bicc.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from ...algorithms import BICC_RATIO_MODES, BiCCTemplate
+from .common import check
+
+_TEMPLATE = BiCCTemplate()
+
+
+@dataclass
+class BiCCOptions:
+    """Each completion's log-probs are taken on its prompt followed by the group's
+    opposite-outcome completions."""
+
+    help_group: ClassVar[str] = "BiCC (Bilateral Context Conditioning)"
+
+    bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
+    bicc_ratio_mode: Literal["paper", "consistent"] = field(
+        default="paper",
+        metadata={
+            "help": "'paper': pi_theta(o|[q;O_opp]) / pi_old(o|q); 'consistent': "
+            "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). See docs/bicc.md for the measurement."
+        },
+    )
+    share_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "BiCC: encode each distinct conditioned prompt once and reuse its key/value "
+            "cache for the completions of its partition (same log-probs, fewer tokens)."
+        },
+    )
+    bicc_mix: float = field(
+        default=1.0,
+        metadata={
+            "help": "Share of the loss (policy or ConSPO) computed on the conditioned prompts; the "
+            "rest on the plain prompts. 1.0 is BiCC as the paper states it; lower values "
+            "are this project's option (docs/bicc.md). Read only with bicc on."
+        },
+    )
+    bicc_context_ratio: float = field(
+        default=0.4,
+        metadata={
+            "help": "Share of bicc_max_seq_len given to the opposite completions, in (0, 1)."
+        },
+    )
+    bicc_max_seq_len: int | None = field(
+        default=None,
+        metadata={
+            "help": "Length the context budget is a share of. None: the model's "
+            "max_position_embeddings. The budget is also capped so prompt + context + "
+            "completion fit in the model's positions."
+        },
+    )
+    bicc_truncation: Literal["middle", "head", "tail"] = field(
+        default="middle",
+        metadata={
+            "help": "How an opposite completion longer than its share is cut: 'middle' "
+            "(keep head and tail), 'head' or 'tail'."
+        },
+    )
+    bicc_placement: Literal["after_prompt", "before_prompt"] = field(
+        default="after_prompt",
+        metadata={"help": "'after_prompt' ([q ; O], the paper) or 'before_prompt'."},
+    )
+    bicc_header_correct: str = field(
+        default=_TEMPLATE.header_correct, metadata={"help": "Text before correct completions."}
+    )
+    bicc_header_wrong: str = field(
+        default=_TEMPLATE.header_wrong, metadata={"help": "Text before wrong completions."}
+    )
+    bicc_item_prefix: str = field(
+        default=_TEMPLATE.item_prefix,
+        metadata={"help": "Text before each completion; may use {index}."},
+    )
+    bicc_item_suffix: str = field(
+        default=_TEMPLATE.item_suffix, metadata={"help": "Text after each completion."}
+    )
+    bicc_footer: str = field(
+        default=_TEMPLATE.footer, metadata={"help": "Text closing the context."}
+    )
+
+    def validate_bicc(self) -> None:
+        check(
+            self.bicc_ratio_mode in BICC_RATIO_MODES,
+            "bicc_ratio_mode",
+            self.bicc_ratio_mode,
+            f"choose one of {', '.join(BICC_RATIO_MODES)}",
+        )
+        check(0.0 <= self.bicc_mix <= 1.0, "bicc_mix", self.bicc_mix, "must be in [0, 1]")
+        check(
+            0.0 < self.bicc_context_ratio < 1.0,
+            "bicc_context_ratio",
+            self.bicc_context_ratio,
+            "must be in (0, 1)",
+        )
+        check(
+            self.bicc_max_seq_len is None or self.bicc_max_seq_len > 0,
+            "bicc_max_seq_len",
+            self.bicc_max_seq_len,
+            "must be positive",
+        )
+        check(
+            self.bicc_truncation in ("middle", "head", "tail"),
+            "bicc_truncation",
+            self.bicc_truncation,
+            "choose 'middle', 'head' or 'tail'",
+        )
+        check(
+            self.bicc_placement in ("after_prompt", "before_prompt"),
+            "bicc_placement",
+            self.bicc_placement,
+            "choose 'after_prompt' or 'before_prompt'",
+        )
+
+    @property
+    def bicc_template(self) -> BiCCTemplate:
+        """The BiCC framing text as set by the ``bicc_*`` template fields."""
+        return BiCCTemplate(
+            header_correct=self.bicc_header_correct,
+            header_wrong=self.bicc_header_wrong,
+            item_prefix=self.bicc_item_prefix,
+            item_suffix=self.bicc_item_suffix,
+            footer=self.bicc_footer,
+        )

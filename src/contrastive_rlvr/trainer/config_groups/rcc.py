@@ -1,0 +1,45 @@
+"""RCC options: Reward-Confidence Correction's baseline b* = mean(R) + c Cov(R, delta)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from .common import check
+
+
+@dataclass
+class RCCOptions:
+    """The advantage baseline corrected by the covariance of reward and confidence."""
+
+    help_group: ClassVar[str] = "RCC (Reward-Confidence Correction)"
+
+    rcc: bool = field(default=False, metadata={"help": "Reward-Confidence Correction on/off."})
+    rcc_coef: float = field(
+        default=2.0, metadata={"help": "c in b* = mean(R) + c * Cov(R, delta) (paper: 2)."}
+    )
+    rcc_delta: Literal["mean", "sum"] = field(
+        default="mean",
+        metadata={"help": "delta = 'mean' or 'sum' over tokens of log pi_theta - log pi_ref."},
+    )
+    rcc_reference: Literal["reference", "sampling"] = field(
+        default="reference",
+        metadata={
+            "help": "pi_ref of delta: 'reference' (the frozen initial policy) or 'sampling' "
+            "(the sampling policy; delta is then taken at loss time, needs whole groups "
+            "per micro-batch)."
+        },
+    )
+
+    def validate_rcc(self) -> None:
+        check(math.isfinite(self.rcc_coef), "rcc_coef", self.rcc_coef, "must be finite")
+        check(
+            self.rcc_delta in ("mean", "sum"), "rcc_delta", self.rcc_delta, "choose 'mean' or 'sum'"
+        )
+        check(
+            self.rcc_reference in ("reference", "sampling"),
+            "rcc_reference",
+            self.rcc_reference,
+            "choose 'reference' or 'sampling'",
+        )

@@ -1,0 +1,130 @@
+"""Recipe and loss options: which algorithm, its clip bounds, KL and aggregation,
+ConSPO's schedule and DAPO's extras (dynamic sampling, overlong punishment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ...algorithms import AGG_MODES, RECIPES, get_recipe
+from .common import check
+
+
+@dataclass
+class RecipeOptions:
+    """The recipe and its loss. Fields left ``None`` take the recipe's paper default
+    (the README's recipe table); ``config.yaml`` records the resolved values."""
+
+    help_group: ClassVar[str] = "Recipe and loss"
+
+    recipe: str = field(
+        default="grpo",
+        metadata={"help": f"Algorithm recipe: one of {', '.join(RECIPES)}."},
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "KL weight to the frozen reference (k3 estimator). None: the recipe's "
+            "paper value (grpo 0.04, dr_grpo 0.01, others 0)."
+        },
+    )
+    clip_low: float | None = field(
+        default=None, metadata={"help": "Lower clip bound eps_low. None: the recipe's paper value."}
+    )
+    clip_high: float | None = field(
+        default=None,
+        metadata={"help": "Upper clip bound eps_high. None: the recipe's paper value."},
+    )
+    loss_agg: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Token aggregation for grpo/dapo/dr_grpo: one of {', '.join(AGG_MODES)}. "
+            "None: the recipe's own."
+        },
+    )
+    adv_eps: float = field(default=1e-6, metadata={"help": "eps in (R - mean) / (std + eps)."})
+    reward_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "A completion whose total reward is above this is 'correct': BiCC's "
+            "partition, ConSPO's positives and the logged accuracy."
+        },
+    )
+    conspo_tau: float = field(default=10.0, metadata={"help": "ConSPO temperature tau."})
+    conspo_max_margin: float = field(default=0.01, metadata={"help": "ConSPO final margin M."})
+    conspo_warmup: float = field(
+        default=0.3, metadata={"help": "Share of training over which the margin ramps up (alpha)."}
+    )
+    dynamic_sampling: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Replace all-equal groups by newly sampled ones (DAPO). None: on for dapo."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=3, metadata={"help": "Cap on extra generation rounds per batch."}
+    )
+    overlong_punishment: bool | None = field(
+        default=None,
+        metadata={"help": "DAPO soft overlong punishment added to the reward. None: on for dapo."},
+    )
+    overlong_cache_len: int | None = field(
+        default=None,
+        metadata={
+            "help": "Soft buffer L_cache of the overlong punishment. None: a quarter of "
+            "max_completion_length."
+        },
+    )
+
+    def validate_recipe(self) -> None:
+        check(self.recipe in RECIPES, "recipe", self.recipe, f"choose one of {', '.join(RECIPES)}")
+        check(self.beta is None or self.beta >= 0, "beta", self.beta, "must be >= 0")
+        for name in ("clip_low", "clip_high"):
+            v = getattr(self, name)
+            check(v is None or v >= 0, name, v, "must be >= 0 (or unset for the recipe default)")
+        check(
+            self.loss_agg is None or self.loss_agg in AGG_MODES,
+            "loss_agg",
+            self.loss_agg,
+            f"choose one of {', '.join(AGG_MODES)}",
+        )
+        check(self.conspo_tau > 0, "conspo_tau", self.conspo_tau, "must be > 0")
+        check(
+            self.conspo_max_margin >= 0, "conspo_max_margin", self.conspo_max_margin, "must be >= 0"
+        )
+        check(self.conspo_warmup > 0, "conspo_warmup", self.conspo_warmup, "must be > 0")
+        check(
+            self.dynamic_sampling_max_rounds >= 0,
+            "dynamic_sampling_max_rounds",
+            self.dynamic_sampling_max_rounds,
+            "must be >= 0",
+        )
+        g = self.num_generations  # TRL's field
+        check(
+            g is None or g >= 2,
+            "num_generations",
+            g,
+            "group-relative methods need at least 2 completions per prompt",
+        )
+
+    def resolve_recipe_defaults(self) -> None:
+        """Fill the ``None`` fields from the recipe's paper values."""
+        recipe = get_recipe(self.recipe)
+        if self.beta is None:
+            self.beta = recipe.beta
+        if self.dynamic_sampling is None:
+            self.dynamic_sampling = recipe.dynamic_sampling
+        if self.overlong_punishment is None:
+            self.overlong_punishment = recipe.overlong_punishment
+        if self.overlong_punishment and self.overlong_cache_len is None:
+            self.overlong_cache_len = max(1, (self.max_completion_length or 1) // 4)
+
+    def validate_recipe_layout(self) -> None:
+        """Checks that need TRL's resolved lengths."""
+        if self.overlong_punishment:
+            check(
+                0 < (self.overlong_cache_len or 0) <= (self.max_completion_length or 0),
+                "overlong_cache_len",
+                self.overlong_cache_len,
+                "must be in (0, max_completion_length]",
+            )

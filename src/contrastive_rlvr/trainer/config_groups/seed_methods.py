@@ -1,0 +1,180 @@
+"""Seed-method options: VeriGate, ReCo and OC-GRPO (docs/seed-methods.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from ...algorithms import (
+    FACTOR_NORMS,
+    OC_MAX_WEIGHT,
+    OC_MIX_MODES,
+    OC_WEIGHT_LEVELS,
+    PROCESS_NORMS,
+    STEP_RULES,
+)
+from ...algorithms.ocgrpo import DEFAULT_HINT_TEMPLATE
+from .common import check
+
+
+@dataclass
+class SeedMethodOptions:
+    """VeriGate's process advantages, ReCo's occurrence weights, OC-GRPO's hinted round."""
+
+    help_group: ClassVar[str] = "Seed methods (VeriGate, ReCo, OC-GRPO)"
+
+    verigate: bool = field(
+        default=False,
+        metadata={
+            "help": "VeriGate: groups whose verifier rewards are all equal get token-level "
+            "advantages from process (step) scores (docs/seed-methods.md)."
+        },
+    )
+    verigate_step_rule: Literal["lines", "chain", "regex"] = field(
+        default="lines",
+        metadata={
+            "help": "How a completion is split into steps: 'lines', 'chain' (pieces between "
+            "',' and newlines: the embedded task's worked chains) or 'regex' "
+            "(verigate_step_pattern)."
+        },
+    )
+    verigate_step_pattern: str | None = field(
+        default=None, metadata={"help": "Regular expression of one step, for rule 'regex'."}
+    )
+    verigate_scorer: str = field(
+        default="arithmetic",
+        metadata={
+            "help": "Process scorer: 'arithmetic' (exact step checker), the directory of a local "
+            "Hugging Face sequence-classification PRM, or 'module:function' / 'file.py:function' "
+            "of a callable (prompt, steps) -> one score per step."
+        },
+    )
+    verigate_process_norm: Literal["cumulated", "steps"] = field(
+        default="cumulated",
+        metadata={
+            "help": "'cumulated': normalise the future-cumulated step scores over the group; "
+            "'steps': normalise the step scores, then cumulate."
+        },
+    )
+    reco: bool = field(
+        default=False,
+        metadata={
+            "help": "ReCo: occurrence-weighted responses and a variance factor in place of the "
+            "token ratio (docs/seed-methods.md)."
+        },
+    )
+    reco_identity: Literal["tokens", "answer"] = field(
+        default="tokens",
+        metadata={
+            "help": "Which completions count as the same response: 'tokens' (same token ids) or "
+            "'answer' (same extracted final answer; completions without one by token ids)."
+        },
+    )
+    reco_factor_norm: Literal["mean", "max"] = field(
+        default="mean",
+        metadata={
+            "help": "Normaliser Z of the factor p(1-p)/Z: 'mean' (the batch's mean p(1-p)) or "
+            "'max' (1/4)."
+        },
+    )
+    oc_grpo: bool = field(
+        default=False,
+        metadata={
+            "help": "OC-GRPO: groups with no correct completion are sampled again with a prefix "
+            "of the reference solution in the prompt and trained toward the unguided prompt."
+        },
+    )
+    oc_hint_fraction: float = field(
+        default=0.5, metadata={"help": "Share of the reference solution given as the hint, [0, 1]."}
+    )
+    oc_hint_unit: Literal["chars", "words"] = field(
+        default="chars", metadata={"help": "Unit the hint fraction counts: 'chars' or 'words'."}
+    )
+    oc_hint_template: str = field(
+        default=DEFAULT_HINT_TEMPLATE,
+        metadata={"help": "The guided prompt, with {hint} and {prompt}."},
+    )
+    oc_max_weight: float = field(
+        default=OC_MAX_WEIGHT,
+        metadata={"help": "W, the truncation of pi_theta(o|q) / pi_old(o|q,hint)."},
+    )
+    oc_weight_level: Literal["token", "sequence", "geometric"] = field(
+        default="token",
+        metadata={"help": "Importance weight per 'token', per 'sequence' or 'geometric' mean."},
+    )
+    oc_merge: Literal["replace", "append"] = field(
+        default="replace",
+        metadata={
+            "help": "A rescued guided group 'replace's its all-fail group or is 'append'ed to the "
+            "batch (single process only)."
+        },
+    )
+    oc_solution_column: str = field(
+        default="solution",
+        metadata={"help": "Dataset column holding the reference solution the hint is cut from."},
+    )
+
+    def validate_seed_methods(self) -> None:
+        checks = (
+            ("verigate_step_rule", STEP_RULES),
+            ("verigate_process_norm", PROCESS_NORMS),
+            ("reco_identity", ("tokens", "answer")),
+            ("reco_factor_norm", FACTOR_NORMS),
+            ("oc_hint_unit", ("chars", "words")),
+            ("oc_weight_level", OC_WEIGHT_LEVELS),
+            ("oc_merge", OC_MIX_MODES),
+        )
+        for name, valid in checks:
+            value = getattr(self, name)
+            check(value in valid, name, value, f"choose one of {', '.join(valid)}")
+        check(
+            (self.verigate_step_rule == "regex") == bool(self.verigate_step_pattern),
+            "verigate_step_pattern",
+            self.verigate_step_pattern,
+            "set it exactly when verigate_step_rule='regex'",
+        )
+        scorer = self.verigate_scorer
+        check(
+            scorer == "arithmetic" or ":" in scorer or Path(scorer).is_dir(),
+            "verigate_scorer",
+            scorer,
+            "use 'arithmetic', an existing PRM directory, or 'module:function'",
+        )
+        check(
+            0.0 <= self.oc_hint_fraction <= 1.0,
+            "oc_hint_fraction",
+            self.oc_hint_fraction,
+            "must be in [0, 1]",
+        )
+        check(self.oc_max_weight > 0, "oc_max_weight", self.oc_max_weight, "must be > 0")
+        check(
+            "{hint}" in self.oc_hint_template and "{prompt}" in self.oc_hint_template,
+            "oc_hint_template",
+            self.oc_hint_template,
+            "must contain {hint} and {prompt}",
+        )
+
+    def validate_seed_layout(self) -> None:
+        """OC-GRPO's checks that need TRL's resolved batch layout."""
+        if not self.oc_grpo:
+            return
+        g = self.num_generations
+        rows = self.per_device_train_batch_size * self.steps_per_generation
+        # Guided rounds run per process on its own all-fail groups, so those must be whole.
+        check(
+            rows % g == 0,
+            "per_device_train_batch_size",
+            self.per_device_train_batch_size,
+            f"with oc_grpo=True, per_device_train_batch_size * steps_per_generation ({rows}) "
+            f"must be a multiple of num_generations={g}",
+        )
+        if self.oc_merge == "append":
+            # Appended groups must split evenly into the window's micro-batches.
+            check(
+                g % self.steps_per_generation == 0,
+                "oc_merge",
+                self.oc_merge,
+                f"'append' needs num_generations={g} to be a multiple of "
+                f"steps_per_generation={self.steps_per_generation}; use 'replace'",
+            )

@@ -1,0 +1,54 @@
+"""Per-batch diagnostics of the papers (documented in docs/metrics.md): accuracy,
+collapse rate and, with a delta, Cov(R, delta) and the delta of correct vs wrong."""
+
+from __future__ import annotations
+
+from ...algorithms import collapse_rate, group_covariance, rcc_baseline
+from ...algorithms.ops import group_view
+from .base import Batch, StageContext
+
+
+class BatchDiagnostics:
+    """Logs ``reward/accuracy``, ``adv/collapse_rate``; with ``shared["delta"]``:
+    ``rcc/cov`` (mean over groups of Cov(R, delta)), ``rcc/delta_mean``,
+    ``rcc/delta_correct``, ``rcc/delta_wrong`` and, when ``rcc_coef`` is set (RCC on),
+    ``rcc/baseline_shift`` = mean |b* - mean(R)|. Keeps the gathered rewards, delta and
+    per-row advantages in ``shared["stats"]`` (the trainer's ``last_batch_stats``).
+
+    Args:
+        threshold: reward above which a completion is correct.
+        rcc_coef: c of the RCC baseline, or None when RCC is off.
+    """
+
+    name = "diagnostics"
+    reads = ("rewards", "shared.delta?", "data.advantages?")
+    writes = ("shared.stats",)
+
+    def __init__(self, *, threshold: float, rcc_coef: float | None) -> None:
+        self.threshold, self.rcc_coef = threshold, rcc_coef
+
+    def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
+        rewards, g = batch.rewards, ctx.group_size
+        correct = rewards > self.threshold
+        ctx.log("reward/accuracy", correct.float().mean())
+        ctx.log("adv/collapse_rate", collapse_rate(rewards, g))
+        stats = {"rewards": rewards.detach().cpu()}
+        delta = batch.shared.get("delta")
+        if delta is not None:
+            cov = group_covariance(rewards, delta.to(rewards.dtype), g)
+            ctx.log("rcc/cov", cov.mean())
+            ctx.log("rcc/delta_mean", delta.mean())
+            if correct.any():
+                ctx.log("rcc/delta_correct", delta[correct].mean())
+            if (~correct).any():
+                ctx.log("rcc/delta_wrong", delta[~correct].mean())
+            if self.rcc_coef is not None:
+                group_mean = group_view(rewards, g).mean(1).repeat_interleave(g)
+                shift = rcc_baseline(rewards, delta, g, coef=self.rcc_coef) - group_mean
+                ctx.log("rcc/baseline_shift", shift.abs().mean())
+            stats["delta"] = delta.detach().cpu()
+        advantages = batch.data.get("advantages")
+        if advantages is not None and advantages.dim() == 1:
+            stats["advantages"] = ctx.gather(advantages).detach().cpu()
+        batch.shared["stats"] = stats
+        return batch

@@ -1,0 +1,146 @@
+"""The loss object, chosen once from the config: which log-prob pass and objective,
+the normalisers it passes, BiCC's mix, on hand-made micro-batches (no trainer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contrastive_rlvr.algorithms import get_recipe
+from contrastive_rlvr.trainer import RLVRConfig
+from contrastive_rlvr.trainer.loss import (
+    ContrastiveObjective,
+    LossContext,
+    MixedLoss,
+    PolicyObjective,
+    build_loss,
+    old_logps,
+    reco_options,
+)
+
+
+def config(tmp_path, **fields) -> RLVRConfig:  # noqa: ANN001
+    return RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", num_generations=2, max_completion_length=8,
+        beta=0.0, **fields,
+    )  # fmt: skip
+
+
+def test_the_config_picks_the_pass_and_the_objective(tmp_path):
+    loss = build_loss(config(tmp_path), get_recipe("grpo"))
+    assert loss.name == "grpo" and loss.logps.keys == ("prompt_ids", "prompt_mask")
+    loss = build_loss(config(tmp_path, bicc=True), get_recipe("grpo"))
+    assert loss.logps.keys == ("bicc_prompt_ids", "bicc_prompt_mask") and loss.logps.conditioned
+    assert isinstance(build_loss(config(tmp_path, bicc=True, bicc_mix=0.5), get_recipe("grpo")),
+                      MixedLoss)  # fmt: skip
+    conspo = build_loss(config(tmp_path, recipe="conspo"), get_recipe("conspo"))
+    assert isinstance(conspo.objective, ContrastiveObjective)
+    assert build_loss(config(tmp_path, reco=True), get_recipe("grpo")).name == "reco"
+    gspo = config(tmp_path, recipe="gspo", verigate=True)
+    assert build_loss(gspo, get_recipe("gspo")).name == "gspo_token"
+    sampling = config(tmp_path, rcc=True, rcc_reference="sampling")
+    assert build_loss(sampling, get_recipe("grpo")).objective.sampling_rcc.coef == 2.0
+
+
+def test_normalisers_count_the_whole_window():
+    objective = PolicyObjective(
+        "dapo", get_recipe("dapo"), defaults={}, beta=0.0, clip_low=0.1, clip_high=None,
+        agg=None, max_len=8, eps=1e-6,
+    )  # fmt: skip
+    inputs = {"completion_ids": torch.zeros(3, 2), "num_items_in_batch": torch.tensor(40.0)}
+    ctx = LossContext(logps=None, group_size=3, accum=2, steps_per_generation=4, num_processes=2)
+    options = objective.options(inputs, ctx, "ref_per_token_logps")
+    # 40 tokens over 2 processes: 20 per process; this optimizer step holds 2 of the
+    # generation's 4 micro-batches: 20 * 2 / 4 = 10 tokens. Rows: 3 per micro-batch * 2.
+    assert options["num_tokens"].item() == 10.0 and options["num_rows"] == 6
+    assert options["clip_low"] == 0.1 and "clip_high" not in options  # the recipe's own
+
+
+def test_reco_normalisers_are_this_process_share():
+    inputs = {
+        "reco_weights": torch.tensor([0.5, 0.5]),
+        "reco_weight_sum": torch.tensor(8.0),
+        "reco_weighted_tokens": torch.tensor(2.0),
+    }
+    ctx = LossContext(logps=None, group_size=2, accum=2, steps_per_generation=4, num_processes=2)
+    options = reco_options("max")(inputs, ctx)
+    # share = accum / (steps_per_generation * processes) = 2 / 8.
+    assert options["num_rows"].item() == 2.0
+    assert options["num_tokens"].item() == 1.0  # 2 * 0.25 = 0.5, clamped to 1
+    assert "variance_mean" not in options
+
+
+def test_old_logps_guided_rows_take_their_sampling_logps():
+    logp = torch.tensor([[-1.0], [-2.0]], requires_grad=True)
+    assert (
+        old_logps(logp, {}).tolist() == [[-1.0], [-2.0]] and not old_logps(logp, {}).requires_grad
+    )
+    inputs = {
+        "old_per_token_logps": torch.tensor([[-3.0], [-4.0]]),
+        "oc_guided": torch.tensor([True, False]),
+        "oc_sampling_logps": torch.tensor([[-7.0], [0.0]]),
+    }
+    assert old_logps(logp, inputs).tolist() == [[-7.0], [-4.0]]
+
+
+class SumObjective:
+    """A stand-in objective: the sum of the log-probs, x10 on the plain share."""
+
+    name = "sum"
+
+    def __call__(self, logp, inputs, ctx, *, plain=False):  # noqa: ANN001
+        return logp.sum() * (10.0 if plain else 1.0), {}
+
+
+def test_mixed_loss_weights_the_two_prompts():
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        # 1 per token on the conditioned prompt (ids 9), 2 on the plain one (ids 1).
+        assert share_prefix == bool((prompt_ids == 9).all())
+        return torch.full(completion_ids.shape, 1.0 if share_prefix else 2.0)
+
+    inputs = {
+        "prompt_ids": torch.ones(2, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(2, 1),
+        "bicc_prompt_ids": torch.full((2, 3), 9),
+        "bicc_prompt_mask": torch.ones(2, 3),
+        "completion_ids": torch.zeros(2, 2, dtype=torch.long),
+        "completion_mask": torch.ones(2, 2),
+    }
+    loss, _ = MixedLoss(SumObjective(), mix=0.25)(None, inputs, LossContext(logps, 2))
+    # 0.25 * (4 tokens * 1) + 0.75 * 10 * (4 tokens * 2) = 1 + 60.
+    assert loss.item() == pytest.approx(61.0)
+
+
+def test_conspo_mix_is_the_same_loss_on_both_prompts():
+    from contrastive_rlvr.algorithms import conspo_loss
+
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        # Row-dependent values so that ConSPO's scores differ between the two prompts.
+        base = torch.tensor([[-0.5], [-2.0]]) * (1.0 if share_prefix else 3.0)
+        return base.expand(-1, completion_ids.size(1)).clone()
+
+    inputs = {
+        "prompt_ids": torch.ones(2, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(2, 1),
+        "bicc_prompt_ids": torch.full((2, 3), 9),
+        "bicc_prompt_mask": torch.ones(2, 3),
+        "completion_ids": torch.zeros(2, 2, dtype=torch.long),
+        "completion_mask": torch.ones(2, 2),
+        "rewards": torch.tensor([1.0, 0.0]),
+    }
+    objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
+    mixed, _ = MixedLoss(objective, mix=0.5)(None, inputs, LossContext(logps, 2))
+    mask = inputs["completion_mask"]
+    cond, _ = conspo_loss(torch.tensor([[-0.5] * 2, [-2.0] * 2]), mask, inputs["rewards"], 2)
+    plain, _ = conspo_loss(torch.tensor([[-1.5] * 2, [-6.0] * 2]), mask, inputs["rewards"], 2)
+    assert cond.item() != pytest.approx(plain.item())
+    assert mixed.item() == pytest.approx(0.5 * cond.item() + 0.5 * plain.item())
+
+
+def test_conspo_loss_is_divided_by_the_accumulation_steps():
+    objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
+    logp = torch.tensor([[-0.5, -1.0], [-2.0, -0.1]])
+    inputs = {"completion_mask": torch.ones(2, 2), "rewards": torch.tensor([1.0, 0.0])}
+    one, _ = objective(logp, inputs, LossContext(None, 2, accum=1))
+    two, _ = objective(logp, inputs, LossContext(None, 2, accum=2))
+    assert two.item() == pytest.approx(one.item() / 2) and one.item() != 0
