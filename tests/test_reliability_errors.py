@@ -84,8 +84,10 @@ TRAIN_CASES = {
     "temperature negative": (["--temperature", "-1"], "temperature=-1"),
     "temperature zero": (["--temperature", "0"], "temperature=0"),
     "top_p zero": (["--top_p", "0"], "top_p=0"),
-    "dataset with embedded": (["--dataset", "x.jsonl"], "dataset='x.jsonl' is given with model='embedded'"),
-    "rewards with embedded": (["--rewards", "format"], "rewards=['format'] is given with model='embedded'"),
+    "dataset with embedded": (["--dataset", "x.jsonl"],
+                              "dataset='x.jsonl' is given with model='embedded'"),
+    "rewards with embedded": (["--rewards", "format"],
+                              "rewards=['format'] is given with model='embedded'"),
 }  # fmt: skip
 
 

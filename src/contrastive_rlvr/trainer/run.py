@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 from transformers import AutoModelForCausalLM
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from .callbacks import MetricsJsonl, RichProgress
 from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
@@ -184,6 +184,14 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
     )
 
 
+def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
+    """Whether ``checkpoint`` is at (or past) the run's last step (max_steps > 0 only)."""
+    if config.max_steps < 1:
+        return False
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state["global_step"]) >= config.max_steps
+
+
 def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | None]:
     """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
     (``UserError``) a fresh run into a directory that holds another run, a resume with a
@@ -272,7 +280,14 @@ def train(
     trainer.remove_callback(PrinterCallback)
     if progress:
         trainer.add_callback(RichProgress())
-    trainer.train(resume_from_checkpoint=resume)
+    if resume is not None and _at_end(resume, config):
+        # Stopped after its last checkpoint, before its summary: the Trainer would train
+        # one step more; load the checkpoint and finish with the evaluation only.
+        logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
+        trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=resume)
     after = parts["evaluate"](trainer.model)
     summary = {
         "recipe": config.recipe,
