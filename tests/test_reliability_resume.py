@@ -239,3 +239,14 @@ def test_fresh_run_into_a_used_directory_is_refused(straight, tmp_path):
     summary = train(config, progress=False)
     assert summary["steps"] == 2 and not (run / "checkpoint-4").exists()
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_no_complete_checkpoint_names_every_incomplete_one(straight, tmp_path):
+    run = interrupted_copy(straight, tmp_path / "run")
+    _no_optimizer(run / "checkpoint-4")
+    _corrupt_state(run / "checkpoint-2")
+    with pytest.raises(UserError, match="no checkpoint in .* is complete") as err:
+        train(config_for(run, "--resume", "true"), progress=False)
+    message = str(err.value)
+    assert "checkpoint-4: optimizer.pt is missing" in message
+    assert "checkpoint-2: trainer_state.json does not parse" in message

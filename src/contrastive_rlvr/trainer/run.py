@@ -217,9 +217,15 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
             logger.warning("%s does not parse: resuming the run", summary_file)
     checkpoint, skipped = newest_complete_checkpoint(out)
     if checkpoint is None:
-        detail = "".join(f"; {p.name} is incomplete: {', '.join(why)}" for p, why in skipped)
+        if not skipped:
+            raise UserError(
+                f"resume=True but {out} holds no checkpoint-* directory to resume from; "
+                "start it without resume"
+            )
+        detail = "; ".join(f"{p.name}: {', '.join(why)}" for p, why in skipped)
         raise UserError(
-            f"resume=True but {out} holds no complete checkpoint-* directory to resume from{detail}"
+            f"resume=True but no checkpoint in {out} is complete ({detail}); start the run "
+            f"again with {OVERWRITE_FIELD}=true"
         )
     for path, why in skipped:
         logger.warning("resume: skipped incomplete %s (%s)", path.name, "; ".join(why))
