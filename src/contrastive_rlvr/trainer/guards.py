@@ -90,7 +90,10 @@ class GuardedReward:
         self.nonfinite = 0  # values passed on as the marker (skip_group)
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(self.__dict__["fn"], attr)
+        fn = self.__dict__.get("fn")  # absent while copy/pickle rebuild the object
+        if fn is None:
+            raise AttributeError(attr)
+        return getattr(fn, attr)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
         out = self.fn(prompts, completions, **kwargs)
