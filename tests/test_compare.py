@@ -331,3 +331,31 @@ def test_real_ctrl_c_stops_at_once_and_the_rerun_resumes(tmp_path):
     assert steps == list(range(1, 41))
     report = json.loads((out / "results.json").read_text())
     assert report["interrupted"] == [] and report["failed"] == [] and report["pending"] == 0
+
+
+@pytest.mark.slow
+def test_real_ctrl_c_with_jobs_stops_the_children(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out)]
+    cmd += [*CTRL_C_ARGS, "--jobs", "2"]
+    # Its own session: the SIGINT goes to compare alone, which must pass it on.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    files = [out / "grpo" / arm / "seed0" / "metrics.jsonl" for arm in ("plain", "rcc")]
+    while not all(f.exists() and len(f.read_text().splitlines()) >= 3 for f in files):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert all(len(f.read_text().splitlines()) < 40 for f in files)
+    report = json.loads((out / "results.json").read_text())
+    assert sorted(i["arm"] for i in report["interrupted"]) == ["plain", "rcc"]
+    assert report["failed"] == []
