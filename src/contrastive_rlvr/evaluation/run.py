@@ -289,6 +289,7 @@ def evaluate(
     payload = {
         "config": asdict(config),
         "backend": backend,
+        "weights": weights,
         "benchmarks": {r.benchmark: r.to_json() for r in reports},
     }
     results_path.write_text(json.dumps(payload, indent=2))
