@@ -116,26 +116,46 @@ def test_incomplete_newest_checkpoint_is_skipped(fault, straight, tmp_path, capl
 
 KILL_MID_SAVE = textwrap.dedent(
     """
-    import os, signal, sys
-    from transformers import Trainer
+    import os, resource, signal, sys
+    from transformers import Trainer, TrainerCallback
     from contrastive_rlvr.trainer import train
     from contrastive_rlvr.trainer.parse import parse_config
 
-    out, resume = sys.argv[1], sys.argv[2]
+    out, mode = sys.argv[1], sys.argv[2]
     real = Trainer._save_rng_state
 
     def save_rng_then_die(self, output_dir):
         # Weights, optimizer and scheduler of checkpoint-4 are on disk; trainer_state.json
         # is not yet: the process dies here, as under SIGKILL or a power cut.
         real(self, output_dir)
-        if self.state.global_step == 4 and resume == "0":
+        if self.state.global_step == 4:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    Trainer._save_rng_state = save_rng_then_die
-    train(parse_config(None, ["--output_dir", out, *sys.argv[3:], "--resume", resume]),
-          progress=False)
+    class DiskFullAfterCheckpoint2(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                # No file may grow past half of the weights file any more: the next save
+                # of model.safetensors fails part-way, as on a full disk.
+                limit = os.path.getsize(os.path.join(out, "checkpoint-2", "model.safetensors"))
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit // 2, limit // 2))
+
+    if mode == "kill":
+        Trainer._save_rng_state = save_rng_then_die
+    callbacks = [DiskFullAfterCheckpoint2()] if mode == "disk" else []
+    resume = "true" if mode == "resume" else "false"
+    config = parse_config(None, ["--output_dir", out, *sys.argv[3:], "--resume", resume])
+    train(config, extra_callbacks=callbacks, progress=False)
     """
 )
+
+
+def _launch(script: Path, run: Path, mode: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, str(script), str(run), mode, *ARGS],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
 
 
 def test_sigkill_in_the_middle_of_a_save_then_resume(straight, tmp_path):
@@ -143,18 +163,27 @@ def test_sigkill_in_the_middle_of_a_save_then_resume(straight, tmp_path):
     script.write_text(KILL_MID_SAVE)
     run = tmp_path / "killed"
     shutil.copytree(straight / "sft-model", run / "sft-model")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-
-    def launch(resume: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, str(script), str(run), resume, *ARGS],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-
-    killed = launch("0")
+    killed = _launch(script, run, "kill")
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert checkpoint_problems(run / "checkpoint-4") == ["trainer_state.json is missing"]
-    resumed = launch("1")
+    resumed = _launch(script, run, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "skipped incomplete checkpoint-4" in resumed.stderr
+    assert_same_weights(
+        run / "checkpoint-4" / "model.safetensors", straight.parent / "final.safetensors"
+    )
+
+
+def test_disk_full_during_a_save_then_resume(straight, tmp_path):
+    script = tmp_path / "disk.py"
+    script.write_text(KILL_MID_SAVE)
+    run = tmp_path / "full"
+    shutil.copytree(straight / "sft-model", run / "sft-model")
+    failed = _launch(script, run, "disk")
+    assert failed.returncode != 0
+    problems = checkpoint_problems(run / "checkpoint-4")
+    assert problems and "model.safetensors" in problems[0], problems
+    resumed = _launch(script, run, "resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "skipped incomplete checkpoint-4" in resumed.stderr
     assert_same_weights(
