@@ -222,3 +222,140 @@ def test_jobs_run_in_child_processes(tmp_path):
             (tmp_path / "out" / "grpo" / arm / "seed0" / "summary.json").read_text()
         )
         assert summary["rcc"] == (arm == "rcc") and summary["steps"] == 2
+
+
+# ---------------------------------------------------------------------- Ctrl-C and early failures
+
+
+@pytest.fixture
+def interruptible(monkeypatch):
+    """Stand-ins for the warm start and train(): train() of ``stop_at`` raises
+    KeyboardInterrupt once (Ctrl-C in the middle of that run)."""
+    import contrastive_rlvr.trainer.run as run_module
+
+    state = {"calls": [], "stop_at": None}
+
+    def fake_inputs(cfg, directory):
+        (Path(directory) / "sft-model").mkdir(parents=True, exist_ok=True)
+        (Path(directory) / "sft-model" / "config.json").write_text("{}")
+
+    def fake_train(cfg, progress=True):
+        key = (cfg.recipe, {(False, False): "plain", (False, True): "rcc"}[(cfg.bicc, cfg.rcc)])
+        state["calls"].append(key)
+        if key == state["stop_at"]:
+            state["stop_at"] = None
+            raise KeyboardInterrupt
+        summary = {"heldout_avg@n_before": 0.5, "heldout_avg@n_after": 0.6, "eval_n": 4}
+        (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary))
+
+    monkeypatch.setattr(run_module, "load_run_inputs", fake_inputs)
+    monkeypatch.setattr(run_module, "train", fake_train)
+    return state
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_a_rerun_resumes(tmp_path, interruptible):
+    spec = cmp.make_spec(recipes="grpo,gmpo", arms="plain,rcc", seeds="0", output_dir=tmp_path)
+    interruptible["stop_at"] = ("grpo", "rcc")
+    lines: list[str] = []
+    try:
+        report = cmp.run_compare(spec, echo=lines.append)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped compare instead of being recorded")
+    # stopped at once: the runs after the interrupted one did not start
+    assert interruptible["calls"] == [("grpo", "plain"), ("grpo", "rcc")]
+    assert report["interrupted"] == [{"recipe": "grpo", "arm": "rcc", "seed": 0}]
+    assert report["failed"] == [] and report["pending"] == 2
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["interrupted"] == report["interrupted"]
+    assert "Interrupted (run compare again to resume):" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "grpo" / "rcc" / "seed0" / "interrupted.txt").exists()
+    assert "INTERRUPTED grpo/rcc/seed0" in lines
+    # the rerun does the interrupted run and the ones never started, not the finished one
+    interruptible["calls"].clear()
+    report = cmp.run_compare(spec, echo=lines.append)
+    assert interruptible["calls"] == [("grpo", "rcc"), ("gmpo", "plain"), ("gmpo", "rcc")]
+    assert report["interrupted"] == [] and report["failed"] == [] and report["pending"] == 0
+    assert not (tmp_path / "grpo" / "rcc" / "seed0" / "interrupted.txt").exists()
+
+
+def test_a_run_whose_folder_cannot_be_made_is_recorded_and_the_others_go_on(
+    tmp_path, interruptible
+):
+    spec = cmp.make_spec(recipes="grpo", arms="plain,rcc", seeds="0,1", output_dir=tmp_path)
+    (tmp_path / "grpo").mkdir()
+    (tmp_path / "grpo" / "plain").write_text("a file where the run folders go")
+    report = cmp.run_compare(spec, echo=lambda line: None)
+    assert sorted((f["arm"], f["seed"]) for f in report["failed"]) == [("plain", 0), ("plain", 1)]
+    assert interruptible["calls"] == [("grpo", "rcc"), ("grpo", "rcc")]
+    (row,) = [r for r in report["rows"] if r["arm"] == "rcc"]
+    assert row["seeds"] == [0, 1]
+
+
+CTRL_C_ARGS = [
+    "--recipes", "grpo", "--arms", "plain,rcc", "--seeds", "0", "--max_steps", "40",
+    "--embedded_sft_steps", "20", "--eval_n", "1", "--eval_limit", "2", "--save_steps", "2",
+    "--diagnostics_every", "0", "--deltas_every", "0",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_real_ctrl_c_stops_at_once_and_the_rerun_resumes(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out), *CTRL_C_ARGS]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    metrics = out / "grpo" / "plain" / "seed0" / "metrics.jsonl"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    # Waits for the exit, far longer than it needs (the run had 35 steps to go).
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    steps_at_stop = len(metrics.read_text().splitlines())
+    assert steps_at_stop < 40
+    report = json.loads((out / "results.json").read_text())
+    assert report["interrupted"] == [{"recipe": "grpo", "arm": "plain", "seed": 0}]
+    assert not (out / "grpo" / "rcc" / "seed0" / "train.log").exists()  # never started
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    log = (out / "grpo" / "plain" / "seed0" / "train.log").read_text()
+    assert "resume: from" in log
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, 41))
+    report = json.loads((out / "results.json").read_text())
+    assert report["interrupted"] == [] and report["failed"] == [] and report["pending"] == 0
+
+
+@pytest.mark.slow
+def test_real_ctrl_c_with_jobs_stops_the_children(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out)]
+    cmd += [*CTRL_C_ARGS, "--jobs", "2"]
+    # Its own session: the SIGINT goes to compare alone, which must pass it on.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    files = [out / "grpo" / arm / "seed0" / "metrics.jsonl" for arm in ("plain", "rcc")]
+    while not all(f.exists() and len(f.read_text().splitlines()) >= 3 for f in files):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert all(len(f.read_text().splitlines()) < 40 for f in files)
+    report = json.loads((out / "results.json").read_text())
+    assert sorted(i["arm"] for i in report["interrupted"]) == ["plain", "rcc"]
+    assert report["failed"] == []

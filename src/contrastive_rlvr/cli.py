@@ -6,7 +6,11 @@ Each command's --help lists its options; `train --help` lists every training fie
 from __future__ import annotations
 
 import json
+import os
+import sys
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -15,9 +19,53 @@ app = typer.Typer(
 )
 
 
+#: Exceptions that report a mistake in the user's input: one ``error:`` line, exit 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+)
+_STATE = {"debug": os.environ.get("CONTRASTIVE_RLVR_DEBUG", "") not in ("", "0")}
+
+
 @app.callback()
-def main() -> None:
+def main(
+    debug: bool = typer.Option(
+        False, "--debug", help="Print the traceback of an error (also: CONTRASTIVE_RLVR_DEBUG=1)."
+    ),
+) -> None:
     """RLVR for language models: GRPO variants with BiCC, RCC, ConSPO and more."""
+    _STATE["debug"] = _STATE["debug"] or debug
+
+
+def _fail(err: BaseException, code: int) -> NoReturn:
+    """Print ``err`` as one ``error:`` line (its traceback too with --debug) and exit."""
+    from .trainer.preflight import UserError
+
+    if _STATE["debug"]:
+        traceback.print_exception(err, file=sys.stderr)
+    message = " ".join(str(err).split("\n")).strip() or type(err).__name__
+    hint = "" if isinstance(err, UserError) or _STATE["debug"] else " (--debug: traceback)"
+    typer.echo(f"error: {message}{hint}", err=True)
+    raise typer.Exit(code) from err
+
+
+def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
+    """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
+    learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
+    from .trainer.guards import AllUpdatesSkipped, NonFiniteParametersError
+
+    try:
+        return fn(*args, **kwargs)
+    except USER_ERRORS as err:
+        _fail(err, 2)
+    except (AllUpdatesSkipped, NonFiniteParametersError) as err:
+        _fail(err, 1)
+    except KeyboardInterrupt as err:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from err
 
 
 @app.command(short_help="List the recipes with their papers.")
@@ -60,12 +108,8 @@ def train(
     if fields or show_help:
         typer.echo(config_help())
         raise typer.Exit(0)
-    try:
-        cfg = parse_config(config, list(ctx.args))
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from err
-    summary = run_training(cfg)
+    cfg = _run(parse_config, config, list(ctx.args))
+    summary = _run(run_training, cfg)
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
         f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "
@@ -101,22 +145,22 @@ def compare(
     Extra --field value arguments override RLVRConfig fields in every run."""
     from .compare import make_spec, run_compare
 
-    try:
-        cfg = make_spec(
-            spec,
-            recipes=recipes,
-            arms=arms,
-            seeds=seeds,
-            config=config,
-            output_dir=out,
-            jobs=jobs,
-            overrides=list(ctx.args),
-        )
-        report = run_compare(cfg, echo=typer.echo)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from err
+    cfg = _run(
+        make_spec,
+        spec,
+        recipes=recipes,
+        arms=arms,
+        seeds=seeds,
+        config=config,
+        output_dir=out,
+        jobs=jobs,
+        overrides=list(ctx.args),
+    )
+    report = _run(run_compare, cfg, echo=typer.echo)
     typer.echo((Path(cfg.output_dir) / "results.md").read_text())
+    if report.get("interrupted"):
+        typer.echo("interrupted: run compare again to resume", err=True)
+        raise typer.Exit(130)
     if report["failed"]:
         raise typer.Exit(1)
 
@@ -132,11 +176,7 @@ def plot(
     correct vs wrong completions, gradient variance with vs without RCC."""
     from .plots import plot_runs
 
-    try:
-        paths = plot_runs(run_dirs, out or run_dirs[0] / "figures")
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from err
+    paths = _run(plot_runs, run_dirs, out or run_dirs[0] / "figures")
     for path in paths:
         typer.echo(str(path))
 
@@ -176,25 +216,22 @@ def eval_command(
     """Sample n completions per problem, verify them, print avg@n, pass@k, unparsable."""
     from .evaluation import EvalConfig, evaluate
 
-    try:
-        cfg = EvalConfig(
-            model=model,
-            benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
-            n=n,
-            limit=limit,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            backend=backend,  # type: ignore[arg-type]
-            output_dir=str(output_dir),
-            benchmarks_dir=str(benchmarks_dir) if benchmarks_dir else None,
-            last_number_fallback=last_number_fallback,
-        )
-        evaluate(cfg)
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from err
+    cfg = _run(
+        EvalConfig,
+        model=model,
+        benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+        n=n,
+        limit=limit,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        batch_size=batch_size,
+        backend=backend,  # type: ignore[arg-type]
+        output_dir=str(output_dir),
+        benchmarks_dir=str(benchmarks_dir) if benchmarks_dir else None,
+        last_number_fallback=last_number_fallback,
+    )
+    _run(evaluate, cfg)
 
 
 if __name__ == "__main__":

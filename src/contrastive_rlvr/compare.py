@@ -11,9 +11,17 @@ Every run is what ``contrastive-rlvr train`` runs, its output in
 - with the embedded default, the SFT warm start of each seed is built once in
   ``OUT/sft-cache/seed<k>/sft-model`` and copied into every run of that seed
   (``train`` reuses ``output_dir/sft-model`` when present);
-- ``jobs=1`` (the default) runs everything in this process, one run after
-  another (imports paid once); ``jobs > 1`` runs that many child processes
-  (``python -m contrastive_rlvr.compare train ...``) at once, one torch thread each.
+- ``jobs=1`` (the default) runs everything in this process and its main thread,
+  one run after another (imports paid once); ``jobs > 1`` runs that many child
+  processes (``python -m contrastive_rlvr.compare train ...``) at once, one torch
+  thread each;
+- Ctrl-C stops the matrix at once: the running run(s) stop (child processes get
+  SIGINT, then SIGKILL after ``STOP_GRACE_S``), are marked ``interrupted`` in
+  ``results.json`` (and ``interrupted.txt`` in their folder), and no other run
+  starts. Running ``compare`` again resumes: a run with a complete checkpoint
+  continues from it, one without starts again in its folder;
+- a failure before a run starts (its folder cannot be made, the warm start cannot
+  be copied) is recorded as that run's failure, like a failure during it.
 
 Then ``OUT/results.md`` (the BiCC paper's Table 2 layout: one row per arm,
 held-out avg@n after RL with its 95% Student t interval over seeds, the
@@ -28,6 +36,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -62,6 +71,10 @@ SFT_CACHE = "sft-cache"
 BASE_CONFIG = "base-config.yaml"
 SFT_KEY_FILE = "key.json"
 LOG_TAIL_CHARS = 4000
+#: Seconds a child process has to stop after SIGINT before it is killed.
+STOP_GRACE_S = 30
+#: Worker flag: replace the unfinished run in the output folder (no complete checkpoint).
+REPLACE_FLAG = "--replace-run"
 CI_LEVEL = 0.95
 
 
@@ -174,6 +187,7 @@ class RunSpec:
 def plan_runs(spec: CompareSpec) -> list[RunSpec]:
     """The runs in order (recipe, arm, seed); every config is validated before any runs."""
     from .trainer.parse import parse_config
+    from .trainer.preflight import check_ranges
 
     out = Path(spec.output_dir)
     runs = []
@@ -182,7 +196,7 @@ def plan_runs(spec: CompareSpec) -> list[RunSpec]:
             for seed in spec.seeds:
                 run = RunSpec(recipe, arm, seed, out / recipe / arm / f"seed{seed}")
                 try:
-                    parse_config(spec.config, run.overrides(spec))
+                    check_ranges(parse_config(spec.config, run.overrides(spec)))
                 except (ValueError, SystemExit) as err:
                     raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
                 runs.append(run)
@@ -197,16 +211,57 @@ def _subprocess_env() -> dict[str, str]:
     return env
 
 
+class _Children:
+    """The running child processes, so that Ctrl-C can stop them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        """SIGINT to every child (as a terminal's Ctrl-C would), SIGKILL after the grace."""
+        self.stopping.set()
+        with self.lock:
+            procs = list(self.procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+_CHILDREN = _Children()
+
+
 def _launch(argv: list[str], log: Path, in_process: bool) -> int:
     """Run the worker command ``argv`` (see :func:`_worker`) with its output in ``log``:
-    in this process (exceptions caught) or in a child process. Returns the exit code."""
+    in this process (exceptions caught, Ctrl-C passed on) or in a child process.
+    Returns the exit code (a child stopped by Ctrl-C: negative)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         if not in_process:
             cmd = [sys.executable, "-m", "contrastive_rlvr.compare", *argv]
-            return subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=_subprocess_env()
-            ).returncode
+            with _CHILDREN.lock:
+                if _CHILDREN.stopping.is_set():
+                    raise KeyboardInterrupt
+                proc = subprocess.Popen(
+                    cmd, stdout=f, stderr=subprocess.STDOUT, env=_subprocess_env()
+                )
+                _CHILDREN.procs.add(proc)
+            try:
+                code = proc.wait()
+            finally:
+                with _CHILDREN.lock:
+                    _CHILDREN.procs.discard(proc)
+            if _CHILDREN.stopping.is_set() and code != 0:
+                raise KeyboardInterrupt
+            return code
         with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
             try:
                 _worker(argv)
@@ -221,8 +276,14 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
 def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
     tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
     message = f"{what} failed with exit code {code}; end of {log}:\n{tail}"
-    (directory / "error.txt").write_text(message)
+    _write_note(directory / "error.txt", message)
     return message
+
+
+def _write_note(path: Path, text: str) -> None:
+    """Best effort: the folder may be what could not be made."""
+    with contextlib.suppress(OSError):
+        path.write_text(text)
 
 
 # ---------------------------------------------------------------------- SFT warm-start cache
@@ -294,10 +355,15 @@ def _worker(argv: list[str]) -> None:
     config_file = None
     if rest[:1] == ["--config"]:
         config_file, rest = rest[1], rest[2:]
+    replace = REPLACE_FLAG in rest
+    rest = [a for a in rest if a != REPLACE_FLAG]
     if directory is not None:
         rest = [*rest, "--output_dir", str(directory)]
     cfg = parse_config(config_file, rest)
     if directory is None:
+        if replace:
+            # What the run's options field spells (read with getattr by train()).
+            cfg.overwrite_output_dir = True
         train(cfg, progress=False)
         return
     import torch
@@ -312,29 +378,77 @@ def _worker(argv: list[str]) -> None:
 @dataclass
 class RunResult:
     run: RunSpec
-    status: str  # "done", "skipped" (summary existed), "failed"
+    status: str  # "done", "skipped" (summary existed), "failed", "interrupted", "pending"
     error: str | None = None
     summary: dict | None = None
 
 
+def _resume_args(run: RunSpec) -> list[str]:
+    """How an unfinished run continues: from its newest complete checkpoint, else anew in
+    its folder (replacing what the stopped attempt left)."""
+    from .trainer.checkpoints import newest_complete_checkpoint
+    from .trainer.run import holds_run
+
+    if newest_complete_checkpoint(run.output_dir)[0] is not None:
+        return ["--resume", "true"]
+    return [REPLACE_FLAG] if holds_run(run.output_dir) else []
+
+
 def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
-    """Run one cell unless its summary exists; a failure is recorded, not raised."""
+    """Run one cell unless its summary exists; a failure is recorded, not raised
+    (Ctrl-C is: the caller marks the run interrupted)."""
     from .trainer.run import SFT_DIR, SUMMARY_FILE
 
+    what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
     summary_file = run.output_dir / SUMMARY_FILE
-    if summary_file.exists():
-        return RunResult(run, "skipped", summary=json.loads(summary_file.read_text()))
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    (run.output_dir / "error.txt").unlink(missing_ok=True)
-    cached = sft_cache_dir(spec, run.seed) / SFT_DIR
-    if cached.exists() and not (run.output_dir / SFT_DIR).exists():
-        shutil.copytree(cached, run.output_dir / SFT_DIR)
+    try:
+        if summary_file.exists():
+            return RunResult(run, "skipped", summary=json.loads(summary_file.read_text()))
+        run.output_dir.mkdir(parents=True, exist_ok=True)
+        for note in ("error.txt", "interrupted.txt"):
+            (run.output_dir / note).unlink(missing_ok=True)
+        cached = sft_cache_dir(spec, run.seed) / SFT_DIR
+        if cached.exists() and not (run.output_dir / SFT_DIR).exists():
+            shutil.copytree(cached, run.output_dir / SFT_DIR)
+        argv = ["train", *_config_args(spec), *run.overrides(spec), *_resume_args(run)]
+    except (OSError, ValueError) as err:
+        # Before the run started: its folder, warm start or summary could not be handled.
+        message = f"{what} could not start: {type(err).__name__}: {err}"
+        _write_note(run.output_dir / "error.txt", message)
+        return RunResult(run, "failed", error=message)
     log = run.output_dir / "train.log"
-    code = _launch(["train", *_config_args(spec), *run.overrides(spec)], log, spec.jobs == 1)
+    code = _launch(argv, log, spec.jobs == 1)
     if code != 0 or not summary_file.exists():
-        what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
         return RunResult(run, "failed", error=_record_failure(run.output_dir, what, code, log))
     return RunResult(run, "done", summary=json.loads(summary_file.read_text()))
+
+
+def _interrupted(run: RunSpec) -> RunResult:
+    message = "interrupted (Ctrl-C); run compare again to resume it"
+    _write_note(run.output_dir / "interrupted.txt", message + "\n")
+    return RunResult(run, "interrupted", error=message)
+
+
+def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  # noqa: ANN001
+    """Build the warm starts (in this thread for jobs=1); seed -> error message."""
+
+    def build(seed: int) -> str | None:
+        try:
+            return build_sft_cache(spec, seed)
+        except OSError as err:
+            return f"SFT warm start of seed {seed} could not start: {err}"
+
+    if spec.jobs == 1:
+        results = [build(k) for k in seeds]
+    else:
+        with ThreadPoolExecutor(max_workers=spec.jobs) as pool:
+            results = list(pool.map(build, seeds))
+    errors = {}
+    for seed, err in zip(seeds, results, strict=True):
+        if err is not None:
+            errors[seed] = err
+            echo(f"FAILED warm start of seed {seed}: see {sft_cache_dir(spec, seed)}/error.txt")
+    return errors
 
 
 def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
@@ -342,6 +456,7 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
 
     The config YAML is copied to ``OUT/base-config.yaml`` first and every run reads
     that copy, so that an edit of the original while the matrix runs changes no run.
+    Ctrl-C returns at once with the running run(s) in ``report["interrupted"]``.
     """
     from .trainer.parse import default_config_path
 
@@ -354,47 +469,81 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     spec = dataclasses.replace(spec, config=str(base))
     started = time.perf_counter()
     pending = [r for r in runs if not (r.output_dir / "summary.json").exists()]
-    sft_errors: dict[int, str] = {}
-    with ThreadPoolExecutor(max_workers=spec.jobs) as pool:
-        seeds = sorted({r.seed for r in pending})
-        for seed, err in zip(
-            seeds, pool.map(lambda k: build_sft_cache(spec, k), seeds), strict=True
-        ):
-            if err is not None:
-                sft_errors[seed] = err
-                echo(f"FAILED warm start of seed {seed}: see {sft_cache_dir(spec, seed)}/error.txt")
+    finished: list[RunResult] = []
+    lock = threading.Lock()
+    _CHILDREN.stopping.clear()
 
-        finished: list[RunResult] = []
-        lock = threading.Lock()
+    def record(result: RunResult) -> RunResult:
+        label = f"{result.run.recipe}/{result.run.arm}/seed{result.run.seed}"
+        if result.status == "failed":
+            echo(f"FAILED {label}: see {result.run.output_dir}/error.txt")
+        elif result.status == "interrupted":
+            echo(f"INTERRUPTED {label}")
+        elif result.status == "done":
+            before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
+            echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
+        with lock:  # the table so far, so that a long matrix can be read while it runs
+            finished.append(result)
+            _write_results(build_results(finished, spec, pending=len(runs) - len(finished)), out)
+        return result
 
-        def one(run: RunSpec) -> RunResult:
-            if run.seed in sft_errors and run in pending:
-                result = RunResult(run, "failed", error=sft_errors[run.seed])
-            else:
-                result = execute_run(spec, run)
-            label = f"{run.recipe}/{run.arm}/seed{run.seed}"
-            if result.status == "failed":
-                echo(f"FAILED {label}: see {run.output_dir}/error.txt")
-            elif result.status == "done":
-                before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
-                echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
-            with lock:  # the table so far, so that a long matrix can be read while it runs
-                finished.append(result)
-                _write_results(
-                    build_results(finished, spec, pending=len(runs) - len(finished)), out
-                )
-            return result
+    def one(run: RunSpec) -> RunResult:
+        if _CHILDREN.stopping.is_set():
+            return RunResult(run, "pending")
+        if run.seed in sft_errors and run in pending:
+            return record(RunResult(run, "failed", error=sft_errors[run.seed]))
+        try:
+            result = execute_run(spec, run)
+        except KeyboardInterrupt:
+            return record(_interrupted(run))
+        return record(result)
 
-        results = list(pool.map(one, runs))
-    report = build_results(results, spec)
+    results: list[RunResult] = []
+    interrupted = False
+    try:
+        sft_errors = _sft_caches(spec, sorted({r.seed for r in pending}), echo)
+        if spec.jobs == 1:
+            for run in runs:  # the main thread: Ctrl-C lands in the running run at once
+                results.append(one(run))
+                if results[-1].status == "interrupted":
+                    interrupted = True
+                    break
+        else:
+            with ThreadPoolExecutor(max_workers=spec.jobs) as pool:
+                futures = [pool.submit(one, run) for run in runs]
+                try:
+                    results = [f.result() for f in futures]
+                except KeyboardInterrupt:
+                    interrupted = True
+                    _CHILDREN.stop()
+                    results = [f.result() for f in futures]
+    except KeyboardInterrupt:
+        interrupted = True  # during a warm start, before any run
+        _CHILDREN.stop()
+    interrupted = interrupted or any(r.status == "interrupted" for r in results)
+    done = [r for r in results if r.status != "pending"]
+    report = build_results(done, spec, pending=len(runs) - len(done))
     report["wall_seconds"] = time.perf_counter() - started
+    report["interrupted"] = [
+        {"recipe": r.run.recipe, "arm": r.run.arm, "seed": r.run.seed}
+        for r in results
+        if r.status == "interrupted"
+    ]
+    if interrupted and not report["interrupted"]:
+        report["interrupted"] = [{"stage": "before any run finished"}]
     _write_results(report, out)
     return report
 
 
 def _write_results(report: dict, out: Path) -> None:
-    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "results.md").write_text(results_markdown(report))
+    # Written whole or not at all: a second Ctrl-C or a kill leaves the previous table.
+    for name, text in (
+        ("results.json", json.dumps(report, indent=2) + "\n"),
+        ("results.md", results_markdown(report)),
+    ):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
 
 
 # ---------------------------------------------------------------------- the table
@@ -407,6 +556,8 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
     failed = []
     eval_n = None
     for res in results:
+        if res.status in ("interrupted", "pending"):
+            continue
         if res.summary is None:
             failed.append(
                 {
@@ -498,6 +649,12 @@ def results_markdown(report: dict) -> str:
         lines += ["", *verdicts]
     if report.get("pending"):
         lines += ["", f"{report['pending']} run(s) still pending: this table is partial."]
+    if report.get("interrupted"):
+        lines += ["", "Interrupted (run compare again to resume):"]
+        lines += [
+            f"- {i['recipe']}/{i['arm']}/seed{i['seed']}" if "recipe" in i else f"- {i['stage']}"
+            for i in report["interrupted"]
+        ]
     if report["failed"]:
         lines += ["", "Failed runs (see their error.txt):"]
         lines += [f"- {f['recipe']}/{f['arm']}/seed{f['seed']}" for f in report["failed"]]

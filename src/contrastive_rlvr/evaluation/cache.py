@@ -2,11 +2,21 @@
 
 One jsonl file per benchmark and generation setting, one line per sample:
 ``{"problem_id": ..., "seed": j, "completion": ...}``. The file name holds a
-hash of everything that changes what a sample would be (model, sampling
+hash of everything that changes what a sample would be (the weights, sampling
 parameters, prompt format, backend), so a changed setting starts a new file
 instead of mixing samples; ``<name>.meta.json`` next to it spells the setting
 out. Lines are appended and flushed as batches finish; a last line cut off
 by a kill is ignored on reading.
+
+The weights enter the key by content, not by name (:func:`weights_fingerprint`):
+the SHA-256 of every file of the model directory (or the ``.gguf`` file, or the
+Hub snapshot), so that new weights saved under the same path can never be
+answered from the old weights' samples. Hashing a large model takes a while
+once; each file's hash is remembered in ``weights-hashes.json`` under its
+path, size, modification time, status-change time and inode, so a later run
+rehashes only files that changed. (The status-change time cannot be set by
+the user, so a copy that keeps the old size and modification time is still
+seen as changed.)
 """
 
 from __future__ import annotations
@@ -14,11 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+HASH_INDEX = "weights-hashes.json"
+_CHUNK = 8 * 1024 * 1024
 
 
 def fingerprint(setting: Mapping[str, Any]) -> str:
@@ -77,3 +91,86 @@ class GenerationCache:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 self._samples[(str(problem_id), seed)] = completion
             f.flush()
+
+
+def _file_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+
+
+def file_sha256(path: str | Path, index: dict[str, str] | None = None) -> str:
+    """SHA-256 of a file's content; ``index`` (key: path, size, times, inode) caches it."""
+    path = Path(path)
+    key = _file_key(path)
+    if index is not None and key in index:
+        return index[key]
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    if index is not None:
+        index[key] = value
+    return value
+
+
+def model_files(model: str) -> list[Path]:
+    """The files that define the model named ``model``: a local directory's files (not
+    recursive), a ``.gguf`` file, an alias's ``.gguf``, or a Hub id's cached snapshot.
+    Empty when none is found on disk."""
+    from ..models import ALIASES, gguf_path
+
+    if model in ALIASES:
+        return [gguf_path(model)]
+    path = Path(model).expanduser()
+    if not path.exists():
+        try:
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(model, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached (or not a Hub id): nothing on disk
+            return []
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_file())
+
+
+def weights_fingerprint(model: str, index_file: str | Path | None = None) -> str | None:
+    """One hash of the content of every file of ``model`` (:func:`model_files`), with
+    each file's hash cached in ``index_file``; None when no file is found."""
+    files = model_files(model)
+    if not files:
+        return None
+    index_path = Path(index_file) if index_file is not None else None
+    index: dict[str, str] = {}
+    if index_path is not None and index_path.exists():
+        try:
+            index = json.loads(index_path.read_text())
+        except json.JSONDecodeError:
+            logger.warning("%s does not parse: rehashing", index_path)
+    total = hashlib.sha256()
+    for f in files:
+        total.update(f"{f.name}\0{file_sha256(f, index)}\n".encode())
+    if index_path is not None:
+        live = {_file_key(f) for f in files}
+        paths = {str(f.resolve()) for f in files}
+        # Drop the stale entries of these files; keep those of other models.
+        kept = {k: v for k, v in index.items() if k in live or k.split("|")[0] not in paths}
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(kept, indent=1, sort_keys=True))
+        tmp.replace(index_path)
+    return total.hexdigest()
+
+
+def state_fingerprint(model: Any) -> str:
+    """Hash of an in-memory model's parameters and buffers (for a model passed in rather
+    than loaded from files): reads every tensor once."""
+    import torch
+
+    total = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        total.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        total.update(t.view(-1).view(dtype=torch.uint8).numpy().tobytes())
+    return total.hexdigest()

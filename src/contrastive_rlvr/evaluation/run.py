@@ -6,7 +6,12 @@ cache (:mod:`.cache`) does not hold yet, score every sample with
 :class:`~contrastive_rlvr.rewards.MathVerifyReward`, summarise
 (:mod:`.report`). Writes ``results.json`` and ``samples/<benchmark>.jsonl``
 (each sample with its extracted answer and verifier status) under
-``output_dir``; generations are cached in ``output_dir/generations``.
+``output_dir``; generations are cached in ``output_dir/generations``, keyed by
+the content of the model's files and every sampling setting (:mod:`.cache`).
+
+Every input is checked before the model loads: the output directory is
+writable, the benchmarks directory and each benchmark file are there and
+read, a local model path exists.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..rewards import MathVerifyReward
-from .benchmarks import get_benchmark_spec, load_benchmark
-from .cache import GenerationCache
+from .benchmarks import benchmarks_dir, get_benchmark_spec, load_benchmark
+from .cache import HASH_INDEX, GenerationCache, state_fingerprint, weights_fingerprint
 from .generate import (
     DEFAULT_INSTRUCTION,
     Generator,
@@ -90,11 +95,17 @@ class EvalConfig:
         for name in self.benchmarks:
             get_benchmark_spec(name)
 
-    def generation_setting(self, backend: str) -> dict[str, Any]:
-        """What determines a sample (the cache key), apart from problem and seed."""
+    def generation_setting(self, backend: str, weights: str) -> dict[str, Any]:
+        """What determines a sample (the cache key), apart from problem and seed:
+        ``weights`` (the fingerprint of the model's files or tensors) and every sampling
+        setting. HF draws a batch from one seed, so its batch size changes the samples."""
         keys = ("model", "max_new_tokens", "temperature", "top_p", "dtype")
         keys += ("chat_template", "instruction")
-        return {**{k: getattr(self, k) for k in keys}, "backend": backend}
+        setting = {k: getattr(self, k) for k in keys}
+        setting.update(backend=backend, weights=weights, top_k=0)
+        if backend == "hf":
+            setting["batch_size"] = self.batch_size
+        return setting
 
 
 @dataclass
@@ -199,6 +210,21 @@ def _score(
     return summarize(benchmark, correct, unparsed, dict(events))
 
 
+def _check_inputs(config: EvalConfig, out_dir: Path, model: Any) -> dict[str, Any]:
+    """What can be checked before the model loads; returns the benchmarks' problems."""
+    from ..trainer.preflight import check_model_path, check_output_dir
+
+    check_output_dir(out_dir)
+    benchmarks_dir(config.benchmarks_dir)  # a given directory must exist
+    datasets = {
+        name: load_benchmark(name, data_dir=config.benchmarks_dir, limit=config.limit)
+        for name in config.benchmarks
+    }
+    if model is None:
+        check_model_path(config.model)
+    return datasets
+
+
 def evaluate(
     config: EvalConfig,
     *,
@@ -213,9 +239,26 @@ def evaluate(
     """
     console = console or Console()
     out_dir = Path(config.output_dir)
+    datasets = _check_inputs(config, out_dir, model)  # before any model loads
+    index = out_dir / "generations" / HASH_INDEX
+    before = None if model is not None else weights_fingerprint(config.model, index)
     generator, tokenizer, backend = _make_generator(config, model, tokenizer)
     chat = config.chat_template and bool(getattr(tokenizer, "chat_template", None))
-    setting = config.generation_setting(backend)
+    if model is not None:
+        weights = state_fingerprint(model)
+    else:
+        weights = weights_fingerprint(config.model, index)
+        if weights is None:
+            raise ValueError(
+                f"model={config.model!r}: no files found on disk to fingerprint the weights "
+                "(the generation cache is keyed by their content)"
+            )
+        if before is not None and before != weights:
+            raise ValueError(
+                f"model={config.model!r}: its files changed while the model loaded; run the "
+                "evaluation again once they are written"
+            )
+    setting = config.generation_setting(backend, weights)
     reports = []
     with (
         MathVerifyReward(
@@ -232,8 +275,7 @@ def evaluate(
             disable=not config.progress,
         ) as progress,
     ):
-        for name in config.benchmarks:
-            ds = load_benchmark(name, data_dir=config.benchmarks_dir, limit=config.limit)
+        for name, ds in datasets.items():
             ids, golds = list(ds["id"]), list(ds["answer"])
             prompts = [build_prompt(tokenizer, p, config.instruction, chat) for p in ds["prompt"]]
             cache = GenerationCache(out_dir / "generations", name, setting)
@@ -247,6 +289,7 @@ def evaluate(
     payload = {
         "config": asdict(config),
         "backend": backend,
+        "weights": weights,
         "benchmarks": {r.benchmark: r.to_json() for r in reports},
     }
     results_path.write_text(json.dumps(payload, indent=2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -30,11 +31,17 @@ class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``.
 
     On resume, lines of steps after the checkpoint are dropped first, so the
-    file never holds a step twice.
+    file never holds a step twice. ``counters``, when set, returns running totals
+    (e.g. skipped updates) read when the line is written, i.e. after the step's
+    optimizer update: they replace the values the trainer logged at loss time,
+    which do not count that step's own update yet.
     """
 
-    def __init__(self, output_dir: str | Path) -> None:
+    def __init__(
+        self, output_dir: str | Path, counters: Callable[[], dict[str, float]] | None = None
+    ) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
+        self.counters = counters
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not args.should_save or not self.path.exists():
@@ -52,6 +59,8 @@ class MetricsJsonl(TrainerCallback):
             return control
         row = {"step": state.global_step}
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
+        if self.counters is not None:
+            row.update(self.counters())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")

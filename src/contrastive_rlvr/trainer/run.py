@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -11,18 +12,29 @@ from typing import Any
 import torch
 import yaml
 from transformers import AutoModelForCausalLM
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from .callbacks import MetricsJsonl, RichProgress
+from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
+from .guards import DEFAULT_SNAPSHOT_BYTES, AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
+from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
 
 logger = logging.getLogger(__name__)
 
 SFT_DIR = "sft-model"
 SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.yaml"
+#: Files and folders of a run in its output directory (``sft-model`` is a reusable
+#: warm start, not a run: compare copies it in before the run starts).
+RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
+#: Options read with getattr until RLVRConfig has them as fields (see docs/reliability.md).
+OVERWRITE_FIELD = "overwrite_output_dir"
+ALLOW_CHANGE_FIELD = "resume_allow_config_change"
+NONFINITE_FIELD = "nonfinite_rewards"
+SNAPSHOT_FIELD = "rollback_snapshot_max_bytes"
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
@@ -61,29 +73,25 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         model=model,
         tokenizer=tokenizer,
         train=train,
-        rewards=[arithmetic_reward],
+        rewards=[
+            guard_reward(arithmetic_reward, on_nonfinite=getattr(config, NONFINITE_FIELD, "error"))
+        ],
         evaluate=evaluate,
     )
 
 
-def _custom(config: RLVRConfig) -> dict[str, Any]:
+def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
     """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
     held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training."""
     from ..algorithms import avg_at_n
     from ..data import load_prompts
     from ..evaluation.generate import DEFAULT_INSTRUCTION, HFGenerator, build_prompt
     from ..models import load_model_and_tokenizer
-    from ..rewards import resolve_reward
 
-    if config.dataset is None:
-        raise ValueError(
-            f"dataset=None is invalid: model={config.model!r} needs a prompt dataset (a "
-            ".jsonl/.parquet file or a Hugging Face dataset name); only model='embedded' "
-            "brings its own task"
-        )
+    checked = checked if checked is not None else preflight(config)
     model, tokenizer = load_model_and_tokenizer(config.model)
     model.train()
-    loaded = load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
+    loaded = checked.prompts or load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
     if loaded.skipped:
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
     data = loaded.dataset.shuffle(seed=config.seed)
@@ -103,7 +111,8 @@ def _custom(config: RLVRConfig) -> dict[str, Any]:
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
-    rewards = [resolve_reward(name) for name in config.rewards]
+    policy = getattr(config, NONFINITE_FIELD, "error")
+    rewards = [guard_reward(fn, on_nonfinite=policy) for fn in checked.rewards]
 
     def evaluate(m) -> float:
         gen = HFGenerator(
@@ -132,11 +141,96 @@ def _custom(config: RLVRConfig) -> dict[str, Any]:
     return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
 
 
-def load_run_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
+def load_run_inputs(
+    config: RLVRConfig, out: Path, checked: PreflightResult | None = None
+) -> dict[str, Any]:
     """Model, tokenizer, train dataset, reward functions and held-out evaluator of a run."""
     if config.model == "embedded":
         return _embedded(config, out)
-    return _custom(config)
+    return _custom(config, checked)
+
+
+def holds_run(out: Path) -> list[str]:
+    """What of another run ``out`` holds (its config, summary, metrics, checkpoints)."""
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    return found + [p.name for p in reversed(list_checkpoints(out))]
+
+
+def _clear_run(out: Path) -> None:
+    """Remove the files of the run in ``out`` (the warm start ``sft-model`` stays)."""
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for ckpt in list_checkpoints(out):
+        shutil.rmtree(ckpt)
+
+
+def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
+    """Refuse a resume whose training fields differ from the run's config.yaml."""
+    saved_file = out / CONFIG_FILE
+    if not saved_file.exists():
+        return
+    saved = yaml.safe_load(saved_file.read_text()) or {}
+    diffs = config_differences(saved, config.to_dict())
+    if not diffs:
+        return
+    if getattr(config, ALLOW_CHANGE_FIELD, False):
+        logger.warning("resuming with a changed config: %s", "; ".join(diffs))
+        shutil.copyfile(saved_file, out / "config.before-resume.yaml")
+        return
+    raise UserError(
+        f"resume=True with a config that differs from {saved_file} in {len(diffs)} training "
+        f"field(s): {'; '.join(diffs)}. Resume with the same settings, or set "
+        f"{ALLOW_CHANGE_FIELD}=true to continue with the new ones"
+    )
+
+
+def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
+    """Whether ``checkpoint`` is at (or past) the run's last step (max_steps > 0 only)."""
+    if config.max_steps < 1:
+        return False
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state["global_step"]) >= config.max_steps
+
+
+def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | None]:
+    """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
+    (``UserError``) a fresh run into a directory that holds another run, a resume with a
+    changed config, and a resume with no complete checkpoint. Nothing is loaded."""
+    if not config.resume:
+        found = holds_run(out)
+        if found:
+            if not getattr(config, OVERWRITE_FIELD, False):
+                raise UserError(
+                    f"output_dir={str(out)!r} already holds a run ({', '.join(found[:4])}); "
+                    f"resume it with resume=true, choose another output_dir, or set "
+                    f"{OVERWRITE_FIELD}=true to replace it"
+                )
+            logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
+            _clear_run(out)
+        return None, None
+    _check_config_unchanged(config, out)
+    summary_file = out / SUMMARY_FILE
+    if summary_file.exists():
+        try:
+            return None, json.loads(summary_file.read_text())
+        except json.JSONDecodeError:
+            logger.warning("%s does not parse: resuming the run", summary_file)
+    checkpoint, skipped = newest_complete_checkpoint(out)
+    if checkpoint is None:
+        if not skipped:
+            raise UserError(
+                f"resume=True but {out} holds no checkpoint-* directory to resume from; "
+                "start it without resume"
+            )
+        detail = "; ".join(f"{p.name}: {', '.join(why)}" for p, why in skipped)
+        raise UserError(
+            f"resume=True but no checkpoint in {out} is complete ({detail}); start the run "
+            f"again with {OVERWRITE_FIELD}=true"
+        )
+    for path, why in skipped:
+        logger.warning("resume: skipped incomplete %s (%s)", path.name, "; ".join(why))
+    logger.warning("resume: from %s", checkpoint)
+    return str(checkpoint), None
 
 
 def train(
@@ -149,26 +243,41 @@ def train(
     """
     torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
+    # Every check that needs no model, before any model loads.
+    checked = preflight(config)
+    resume, finished = plan_output_dir(config, out)
+    if finished is not None:
+        logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
+        if "error" in finished:
+            raise AllUpdatesSkipped(f"{out} finished already: {finished['error']}")
+        return finished
     out.mkdir(parents=True, exist_ok=True)
-    resume = None
-    if config.resume:
-        resume = get_last_checkpoint(str(out)) if out.exists() else None
-        if resume is None:
-            raise ValueError(
-                f"resume=True but {out} holds no checkpoint-* directory to resume from"
-            )
-    save_resolved_config(config, out / "config.yaml")
-    parts = load_run_inputs(config, out)
+    save_resolved_config(config, out / CONFIG_FILE)
+    parts = load_run_inputs(config, out, checked)
     started = time.perf_counter()
     before = parts["evaluate"](parts["model"])
+    metrics = MetricsJsonl(out)
+    update_guard = NonFiniteUpdateGuard(
+        max_snapshot_bytes=getattr(config, SNAPSHOT_FIELD, DEFAULT_SNAPSHOT_BYTES)
+    )
     trainer = RLVRTrainer(
         model=parts["model"],
         reward_funcs=parts["rewards"],
         args=config,
         train_dataset=parts["train"],
         processing_class=parts["tokenizer"],
-        callbacks=[MetricsJsonl(out), *(extra_callbacks or [])],
+        callbacks=[update_guard, metrics, *(extra_callbacks or [])],
     )
+    update_guard.reduce = lambda flag: trainer.accelerator.reduce(
+        flag.to(trainer.accelerator.device), reduction="sum"
+    )
+    # The counters as they are after the step being logged (the trainer's own log of them
+    # is taken at loss time, before that step's optimizer update).
+    metrics.counters = lambda: {
+        "loss/skipped_updates_total": trainer.skipped_updates,
+        "loss/nonfinite_total": trainer.nonfinite_losses,
+        "guard/rolled_back_total": update_guard.rolled_back,
+    }
     diagnostics = diagnostics_callback(trainer, out)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)
@@ -177,7 +286,14 @@ def train(
     trainer.remove_callback(PrinterCallback)
     if progress:
         trainer.add_callback(RichProgress())
-    trainer.train(resume_from_checkpoint=resume)
+    if resume is not None and _at_end(resume, config):
+        # Stopped after its last checkpoint, before its summary: the Trainer would train
+        # one step more; load the checkpoint and finish with the evaluation only.
+        logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
+        trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=resume)
     after = parts["evaluate"](trainer.model)
     summary = {
         "recipe": config.recipe,
@@ -190,8 +306,21 @@ def train(
         "eval_n": config.eval_n,
         "nonfinite_losses": trainer.nonfinite_losses,
         "skipped_updates": trainer.skipped_updates,
+        "rolled_back_updates": update_guard.rolled_back,
         "wall_seconds": time.perf_counter() - started,
     }
+    # Steps of this process's training (a resumed run counts from its checkpoint).
+    first = int(resume.rsplit("-", 1)[1]) if resume else 0
+    steps_here = trainer.state.global_step - first
+    lost = trainer.skipped_updates + update_guard.rolled_back
+    if steps_here > 0 and lost >= steps_here:
+        summary["error"] = (
+            f"every one of the {steps_here} optimizer steps was skipped (non-finite loss or "
+            f"gradient: {trainer.skipped_updates}) or rolled back (non-finite parameters: "
+            f"{update_guard.rolled_back}): the run learned nothing"
+        )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    if "error" in summary:
+        raise AllUpdatesSkipped(f"{summary['error']}; see {out / 'metrics.jsonl'}")
     return summary

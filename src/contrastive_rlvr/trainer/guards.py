@@ -1,0 +1,328 @@
+"""Non-finite numbers: rewards, and parameters after an optimizer step.
+
+Rewards. TRL turns a reward function's ``None`` (row not scored) into NaN, so a
+NaN in the reward tensor cannot tell "not scored" from "returned NaN". Hence two
+layers:
+
+- :class:`GuardedReward` wraps each reward function and checks what it returns:
+  one value per completion, each a real number or None. A string or another type
+  is a :class:`RewardTypeError` naming the function, the row and the value. A
+  returned NaN or +-inf is a :class:`NonFiniteRewardError` naming the function and
+  the row (``on_nonfinite="error"``, the default), or, with
+  ``on_nonfinite="skip_group"``, is passed on as ``+inf``: the marker of "returned
+  a non-finite value", distinct from TRL's NaN for None.
+- :func:`check_rewards` checks the gathered ``(B, n_funcs)`` reward tensor: an
+  infinite entry is an error naming the function and the row, or, with
+  ``skip_group``, the whole group of that row is skipped (its rewards set to 0,
+  its rows returned so the trainer gives them no advantage) and counted. NaN stays
+  TRL's "not scored".
+
+Parameters. :class:`NonFiniteUpdateGuard` checks every trainable parameter after
+each optimizer step. A finite gradient can still give non-finite weights (a huge
+learning rate), and the next generation would then crash in sampling. When a
+copy is cheap (parameters plus optimizer state within ``max_snapshot_bytes``) it
+keeps a CPU copy of both before the step and rolls the update back, counted in
+``rolled_back``; otherwise it stops the run with an error naming the step, since
+an update that cannot be undone must not be trained on.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from transformers import TrainerCallback
+
+from .preflight import UserError
+
+NonFinitePolicy = Literal["error", "skip_group"]
+NONFINITE_POLICIES: tuple[str, ...] = ("error", "skip_group")
+#: Returned by a guarded reward for a non-finite value under ``skip_group``.
+NONFINITE_MARKER = math.inf
+#: Default budget of the pre-step copy (parameters + optimizer state), bytes.
+DEFAULT_SNAPSHOT_BYTES = 2 * 1024**3
+_PREVIEW_CHARS = 60
+
+
+class NonFiniteRewardError(UserError):
+    """A reward function returned NaN or +-inf."""
+
+
+class RewardTypeError(UserError):
+    """A reward function returned something that is not a number or None."""
+
+
+class NonFiniteParametersError(RuntimeError):
+    """The parameters became non-finite after an optimizer step and no copy was kept."""
+
+
+class AllUpdatesSkipped(RuntimeError):
+    """Every optimizer step of the run was skipped or rolled back: nothing was learned."""
+
+
+def _preview(text: Any) -> str:
+    text = str(text)
+    return repr(text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "...")
+
+
+def _check_policy(on_nonfinite: str) -> None:
+    if on_nonfinite not in NONFINITE_POLICIES:
+        raise ValueError(
+            f"nonfinite_rewards={on_nonfinite!r} is invalid: choose one of "
+            f"{', '.join(NONFINITE_POLICIES)}"
+        )
+
+
+class GuardedReward:
+    """A reward function whose every output is checked (see the module docstring).
+
+    Keeps the wrapped function's ``__name__`` (TRL's metric keys use it) and
+    forwards other attributes to it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str, on_nonfinite: str = "error") -> None:
+        _check_policy(on_nonfinite)
+        self.fn, self.__name__, self.on_nonfinite = fn, name, on_nonfinite
+        self.nonfinite = 0  # values passed on as the marker (skip_group)
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = self.__dict__.get("fn")  # absent while copy/pickle rebuild the object
+        if fn is None:
+            raise AttributeError(attr)
+        return getattr(fn, attr)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
+        out = self.fn(prompts, completions, **kwargs)
+        name = self.__name__
+        if isinstance(out, torch.Tensor):
+            out = out.detach().cpu().reshape(-1).tolist()
+        if isinstance(out, str | bytes) or not isinstance(out, (Sequence, *_array_types())):
+            raise RewardTypeError(
+                f"reward function {name!r} returned a {type(out).__name__}: it must return a "
+                "list with one float (or None) per completion"
+            )
+        out = list(out)
+        if len(out) != len(completions):
+            raise RewardTypeError(
+                f"reward function {name!r} returned {len(out)} values for {len(completions)} "
+                "completions: it must return one per completion"
+            )
+        values: list[float | None] = []
+        for row, value in enumerate(out):
+            if value is None:
+                values.append(None)
+                continue
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()
+            if isinstance(value, str | bytes) or not isinstance(value, numbers.Real):
+                raise RewardTypeError(
+                    f"reward function {name!r} returned {type(value).__name__} {_preview(value)} "
+                    f"for row {row} (completion {_preview(completions[row])}): return a float "
+                    "per completion (or None for a row it does not score)"
+                )
+            value = float(value)
+            if not math.isfinite(value):
+                if self.on_nonfinite == "error":
+                    raise NonFiniteRewardError(
+                        f"reward function {name!r} returned {value} for row {row} (completion "
+                        f"{_preview(completions[row])}); fix the function, or set "
+                        "nonfinite_rewards='skip_group' to skip such groups (counted)"
+                    )
+                self.nonfinite += 1
+                value = NONFINITE_MARKER
+            values.append(value)
+        return values
+
+
+def _array_types() -> tuple[type, ...]:
+    try:
+        import numpy as np
+
+        return (np.ndarray,)
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        return ()
+
+
+def guard_reward(
+    fn: Callable[..., Any], name: str | None = None, on_nonfinite: str = "error"
+) -> Any:
+    """``fn`` wrapped in a :class:`GuardedReward`; reward models (``nn.Module``), async
+    functions and already guarded ones are returned as they are."""
+    import inspect
+
+    if isinstance(fn, GuardedReward | torch.nn.Module):
+        return fn
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the callable class's own method
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call):
+        return fn
+    label = name or getattr(fn, "__name__", type(fn).__name__)
+    return GuardedReward(fn, label, on_nonfinite)
+
+
+@dataclass
+class RewardCheck:
+    """Result of :func:`check_rewards`.
+
+    Attributes:
+        rewards: (B, n_funcs) rewards with the rows of skipped groups set to 0.
+        skipped_rows: (B,) bool, True on every row of a skipped group.
+        skipped_groups: how many groups were skipped.
+    """
+
+    rewards: torch.Tensor
+    skipped_rows: torch.Tensor
+    skipped_groups: int
+
+
+def check_rewards(
+    per_func: torch.Tensor,
+    func_names: Sequence[str],
+    *,
+    group_size: int,
+    on_nonfinite: str = "error",
+) -> RewardCheck:
+    """Check the gathered rewards (B, n_funcs) for infinite entries.
+
+    NaN is TRL's "not scored" (the function returned None) and is left alone; +-inf
+    comes from a function that returned inf, or, through :class:`GuardedReward`, any
+    non-finite value. ``on_nonfinite="error"`` raises :class:`NonFiniteRewardError`
+    naming the function and the row (its group ``row // G`` and place ``row % G``);
+    ``"skip_group"`` zeroes the rewards of every group with such a row and returns
+    those rows, for the trainer to give no advantage.
+    """
+    _check_policy(on_nonfinite)
+    if per_func.dim() != 2 or per_func.size(1) != len(func_names):
+        raise ValueError(f"per_func must be (B, {len(func_names)}), got {tuple(per_func.shape)}")
+    bad = torch.isinf(per_func)  # (B, F)
+    if not bad.any():
+        rows = torch.zeros(per_func.size(0), dtype=torch.bool, device=per_func.device)
+        return RewardCheck(per_func, rows, 0)
+    if on_nonfinite == "error":
+        row, col = (int(i) for i in bad.nonzero()[0])
+        total = int(bad.any(dim=1).sum())
+        raise NonFiniteRewardError(
+            f"reward function {func_names[col]!r} returned a non-finite value "
+            f"({float(per_func[row, col])}) for row {row} (group {row // group_size}, "
+            f"completion {row % group_size}); {total} row(s) of this batch are affected; fix "
+            "the function, or set nonfinite_rewards='skip_group' to skip such groups (counted)"
+        )
+    if per_func.size(0) % group_size != 0:
+        raise ValueError(f"{per_func.size(0)} rows do not split into groups of {group_size}")
+    groups = bad.any(dim=1).view(-1, group_size).any(dim=1)  # (B / G,)
+    rows = groups.repeat_interleave(group_size)  # (B,)
+    cleaned = per_func.clone()
+    cleaned[rows] = 0.0
+    return RewardCheck(cleaned, rows, int(groups.sum()))
+
+
+# ---------------------------------------------------------------------- parameters
+
+
+class _Saved:
+    """A CPU copy of a tensor and the device it goes back to."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.copy, self.device = tensor.detach().to("cpu", copy=True), tensor.device
+
+    def restore(self) -> torch.Tensor:
+        return self.copy.to(self.device)
+
+
+def _inner_optimizer(optimizer: Any) -> Any:
+    # accelerate wraps the torch optimizer; its state lives on the inner one.
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+class NonFiniteUpdateGuard(TrainerCallback):
+    """Rolls back an optimizer step that leaves a trainable parameter non-finite.
+
+    Before each step (``on_pre_optimizer_step``) a CPU copy of the trainable
+    parameters and of their optimizer state is taken when it fits in
+    ``max_snapshot_bytes``; after the step (``on_optimizer_step``, before the
+    gradients are zeroed) every trainable parameter is checked. Non-finite: the
+    copy is written back and ``rolled_back`` counted; with no copy, the run stops
+    with :class:`NonFiniteParametersError`. ``reduce`` (e.g. the accelerator's)
+    makes all processes agree.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        self.max_snapshot_bytes = max_snapshot_bytes
+        self.reduce = reduce
+        self.rolled_back = 0
+        self._params: list[torch.Tensor] = []
+        self._snapshot: list[tuple[torch.Tensor, dict[str, Any] | None]] | None = None
+
+    @staticmethod
+    def _state_bytes(optimizer: Any, params: list[torch.Tensor]) -> int:
+        total = sum(p.numel() * p.element_size() for p in params)
+        state = _inner_optimizer(optimizer).state
+        for p in params:
+            entry = state.get(p)
+            if entry:
+                total += sum(
+                    v.numel() * v.element_size() for v in entry.values() if torch.is_tensor(v)
+                )
+            else:  # not initialised yet: Adam-like optimizers add two moments
+                total += 2 * p.numel() * p.element_size()
+        return total
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):  # noqa: ANN001
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._snapshot = None
+        if (
+            optimizer is None
+            or self._state_bytes(optimizer, self._params) > self.max_snapshot_bytes
+        ):
+            return control
+        opt_state = _inner_optimizer(optimizer).state
+        snapshot = []
+        for p in self._params:
+            entry = opt_state.get(p)
+            copied = None
+            if entry:
+                # (copy, device): a state tensor goes back where it was (Adam's "step"
+                # stays on the CPU unless the optimizer is capturable).
+                copied = {k: _Saved(v) if torch.is_tensor(v) else v for k, v in entry.items()}
+            snapshot.append((p.detach().to("cpu", copy=True), copied))
+        self._snapshot = snapshot
+        return control
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):  # noqa: ANN001
+        bad = any(not torch.isfinite(p).all() for p in self._params)
+        if self.reduce is not None:
+            flag = torch.tensor(
+                float(bad), device=self._params[0].device if self._params else "cpu"
+            )
+            bad = bool(self.reduce(flag).item() > 0)
+        if not bad:
+            self._snapshot = None
+            return control
+        step = state.global_step + 1 if state is not None else "?"
+        if self._snapshot is None:
+            raise NonFiniteParametersError(
+                f"optimizer step {step} made the parameters non-finite and the model is too "
+                f"large for the rollback copy (max_snapshot_bytes={self.max_snapshot_bytes}); "
+                "resume from the last checkpoint with a lower learning_rate"
+            )
+        opt_state = _inner_optimizer(optimizer).state if optimizer is not None else {}
+        with torch.no_grad():
+            for p, (saved, entry) in zip(self._params, self._snapshot, strict=True):
+                p.copy_(saved.to(p.device))
+                if entry is None:
+                    opt_state.pop(p, None)
+                else:
+                    opt_state[p] = {
+                        k: v.restore() if isinstance(v, _Saved) else v for k, v in entry.items()
+                    }
+        self._snapshot = None
+        self.rolled_back += 1
+        return control
