@@ -262,3 +262,11 @@ def test_expected_weights_in_the_loss_down_weight_a_likely_response_seen_once():
     # terms -w f A = (-.5, .0396, .0784, -.1164), over sum w = 3.5 rows
     close(loss, (-0.5 + 0.0396 + 0.0784 - 0.1164) / 3.5, rtol=1e-5, atol=1e-6)
     close(metrics["reco/distinct_frac"], 3.5 / 4)
+
+
+def test_expected_weights_need_only_each_rows_own_probability():
+    # Three rows of a G = 4 group (e.g. one process's share): w = 1 / max(1, 4 pi_old)
+    old = torch.log(torch.tensor([[0.5], [0.1], [0.25]]))
+    close(expected_occurrence_weights(old, torch.ones(3, 1), 4), [0.5, 1.0, 1.0])
+    with pytest.raises(ValueError, match="group_size must be >= 1, got 0"):
+        expected_occurrence_weights(old, torch.ones(3, 1), 0)

@@ -129,12 +129,17 @@ def expected_occurrence_weights(old_logp: Tensor, mask: Tensor, group_size: int)
     for short completions, where high-probability responses are common.
 
     Args:
-        old_logp, mask: (B, T) sampling-time log-probs and mask.
+        old_logp, mask: (B, T) sampling-time log-probs and mask (any rows; they
+            need not be whole groups).
+        group_size: G, the number of samples drawn per prompt.
     Returns:
         (B,) weights in (0, 1].
     """
     check_same_shape(old_logp=old_logp, mask=mask)
-    num_groups(old_logp.shape[0], group_size, min_size=1, what="expected_occurrence_weights")
+    # Each row's weight needs only its own pi_old and G, so any subset of rows
+    # works (e.g. one process's share of a group).
+    if group_size < 1:
+        raise ValueError(f"expected_occurrence_weights: group_size must be >= 1, got {group_size}")
     seq_logp = masked_fill_zero(old_logp.detach(), mask).sum(1)  # (B,) log pi_old(o | q)
     expected = group_size * torch.exp(seq_logp)
     return 1.0 / expected.clamp(min=1.0)
