@@ -170,7 +170,54 @@ def test_rcc_all_equal_group_is_exact_zero(eps):
     assert not torch.isnan(adv).any()
     assert torch.equal(adv[:3], torch.zeros(3, dtype=torch.float64))
     # the all-equal group's baseline is exactly its mean: no covariance leaks in
-    assert torch.equal(rcc_baseline(rewards, delta, 3)[:3], rewards[:3].mean().expand(3))
+    unbounded = rcc_baseline(rewards, delta, 3, bound="none")[:3]
+    assert torch.equal(unbounded, rewards[:3].mean().expand(3))
+    # bounded to [min R, max R] it is exactly the common reward (the float mean
+    # of three 0.1 may differ from 0.1 in the last bit)
+    assert torch.equal(rcc_baseline(rewards, delta, 3, bound="reward_range")[:3], rewards[:3])
+
+
+def test_rcc_bound_the_issue_example_by_hand():
+    # R = (1, 0, 0, 0), delta = (0, 0, 0, 5): mean R = 0.25; centred R = (.75, -.25,
+    # -.25, -.25), centred delta = (-1.25, -1.25, -1.25, 3.75);
+    # Cov = (-.9375 + .3125 + .3125 - .9375) / 4 = -0.3125; b* = 0.25 - 0.625 = -0.375.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    delta = torch.tensor([0.0, 0.0, 0.0, 5.0])
+    close(rcc_baseline(rewards, delta, 4, bound="none"), [-0.375] * 4)
+    # unbounded: the wrong rows get +0.375
+    close(
+        rcc_advantages(rewards, delta, 4, bound="none", scale_by_std=False),
+        [1.375, 0.375, 0.375, 0.375],
+    )
+    # bounded to [min R, max R] = [0, 1]: b* = 0, the wrong rows get exactly 0
+    close(rcc_baseline(rewards, delta, 4, bound="reward_range"), [0.0] * 4)
+    close(
+        rcc_advantages(rewards, delta, 4, bound="reward_range", scale_by_std=False),
+        [1.0, 0.0, 0.0, 0.0],
+    )
+    # with std: Bessel std of (1, 0, 0, 0) = sqrt(0.75 / 3) = 0.5
+    close(rcc_advantages(rewards, delta, 4, bound="reward_range"), [1 / (0.5 + EPS), 0, 0, 0])
+
+
+def test_rcc_bound_clamps_above_and_leaves_inner_baselines_alone():
+    # Group 1: R = (1, 1, 0, 0.5), delta = (2, 2, -2, 0): mean 0.625; centred R
+    # (.375, .375, -.625, -.125), centred delta (1.5, 1.5, -2.5, -.5);
+    # Cov = (.5625 + .5625 + 1.5625 + .0625) / 4 = 0.6875; b* = 0.625 + 1.375 = 2.0
+    # -> clamped to max R = 1.
+    # Group 2: the first by-hand case (b* = 0.55, inside [0, 1]): unchanged.
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.5, 1.0, 0.0, 1.0, 0.0])
+    delta = torch.tensor([2.0, 2.0, -2.0, 0.0, 0.3, 0.1, 0.2, 0.2])
+    close(rcc_baseline(rewards, delta, 4, bound="none"), [2.0] * 4 + [0.55] * 4)
+    close(rcc_baseline(rewards, delta, 4), [1.0] * 4 + [0.55] * 4)  # default: reward_range
+    close(
+        rcc_advantages(rewards, delta, 4, scale_by_std=False),
+        [0.0, 0.0, -1.0, -0.5, 0.45, -0.55, 0.45, -0.55],
+    )
+
+
+def test_rcc_bound_rejects_an_unknown_name():
+    with pytest.raises(ValueError, match="unknown RCC bound 'clip'.*none, reward_range"):
+        rcc_baseline(torch.tensor([1.0, 0.0]), torch.zeros(2), 2, bound="clip")
 
 
 def test_rcc_baseline_carries_no_gradient():

@@ -40,7 +40,9 @@ def ref_group_advantages(rewards, g, scale_by_std=True, eps=1e-6):
     return out
 
 
-def ref_rcc_advantages(rewards, delta, g, coef=2.0, scale_by_std=True, eps=1e-6):
+def ref_rcc_advantages(
+    rewards, delta, g, coef=2.0, scale_by_std=True, eps=1e-6, bound="reward_range"
+):
     out = []
     for start in range(0, len(rewards), g):
         r, d = rewards[start : start + g], delta[start : start + g]
@@ -50,6 +52,8 @@ def ref_rcc_advantages(rewards, delta, g, coef=2.0, scale_by_std=True, eps=1e-6)
         mr, md = sum(r) / g, sum(d) / g
         cov = sum((x - mr) * (y - md) for x, y in zip(r, d, strict=True)) / g  # population
         b = mr + coef * cov
+        if bound == "reward_range":
+            b = min(max(b, min(r)), max(r))
         std = statistics.stdev(r)
         out += [(x - b) / (std + eps) if scale_by_std else x - b for x in r]
     return out
@@ -151,14 +155,22 @@ def random_batch(seed: int, token_adv: bool = False):
     ]
     rewards[:g] = 1.0  # one collapsed group in every batch ...
     rewards[g : g + 2] = torch.tensor([1.0, 0.0])  # ... and at least one usable by ConSPO
-    adv = torch.randn(b, t, generator=gen, dtype=torch.float64) if token_adv else torch.randn(
-        b, generator=gen, dtype=torch.float64)
+    adv = (
+        torch.randn(b, t, generator=gen, dtype=torch.float64)
+        if token_adv
+        else torch.randn(b, generator=gen, dtype=torch.float64)
+    )
     junk = torch.tensor([math.nan, math.inf, 1e9, -math.inf], dtype=torch.float64)
     pad = mask == 0
     fill = junk[torch.randint(0, 4, (b, t), generator=gen)]
     return dict(
-        g=g, lengths=lengths, mask=mask, rewards=rewards, adv=adv,
-        logp=torch.where(pad, fill, logp), old=torch.where(pad, fill.flip(0), old),
+        g=g,
+        lengths=lengths,
+        mask=mask,
+        rewards=rewards,
+        adv=adv,
+        logp=torch.where(pad, fill, logp),
+        old=torch.where(pad, fill.flip(0), old),
         ref=torch.where(pad, fill.flip(1), ref),
     )
 
@@ -170,19 +182,23 @@ def random_batch(seed: int, token_adv: bool = False):
 def test_advantages_against_loops(seed):
     x = random_batch(seed)
     r, g = x["rewards"], x["g"]
-    delta = torch.randn(r.shape[0], generator=torch.Generator().manual_seed(seed),
-                        dtype=torch.float64)
+    delta = torch.randn(
+        r.shape[0], generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
     for scale in (True, False):
         torch.testing.assert_close(
             group_advantages(r, g, scale_by_std=scale),
             torch.tensor(ref_group_advantages(r.tolist(), g, scale), dtype=torch.float64),
         )
         for coef in (2.0, 0.5):
-            torch.testing.assert_close(
-                rcc_advantages(r, delta, g, coef=coef, scale_by_std=scale),
-                torch.tensor(ref_rcc_advantages(r.tolist(), delta.tolist(), g, coef, scale),
-                             dtype=torch.float64),
-            )
+            for bound in ("none", "reward_range"):
+                torch.testing.assert_close(
+                    rcc_advantages(r, delta, g, coef=coef, scale_by_std=scale, bound=bound),
+                    torch.tensor(
+                        ref_rcc_advantages(r.tolist(), delta.tolist(), g, coef, scale, bound=bound),
+                        dtype=torch.float64,
+                    ),
+                )
     groups = [r[i : i + g].tolist() for i in range(0, len(r), g)]
     expected = sum(all(v == grp[0] for v in grp) for grp in groups) / len(groups)
     assert collapse_rate(r, g).item() == pytest.approx(expected)
@@ -194,8 +210,10 @@ def test_sequence_delta_against_loops(seed, reduce):
     x = random_batch(seed)
     torch.testing.assert_close(
         sequence_delta(x["logp"], x["ref"], x["mask"], reduce=reduce),
-        torch.tensor(ref_sequence_delta(x["logp"].tolist(), x["ref"].tolist(), x["lengths"],
-                                        reduce), dtype=torch.float64),
+        torch.tensor(
+            ref_sequence_delta(x["logp"].tolist(), x["ref"].tolist(), x["lengths"], reduce),
+            dtype=torch.float64,
+        ),
     )
 
 
@@ -221,8 +239,16 @@ def test_policy_losses_against_loops(seed, name, token_adv):
     ref_logp = x["logp"].clone().requires_grad_(True)
     adv = x["adv"].tolist()
     expected = ref_policy_loss(
-        name, ref_logp, x["old"], adv, x["lengths"], clip_low=clip[0], clip_high=clip[1],
-        ref=x["ref"], beta=0.07, max_len=9,
+        name,
+        ref_logp,
+        x["old"],
+        adv,
+        x["lengths"],
+        clip_low=clip[0],
+        clip_high=clip[1],
+        ref=x["ref"],
+        beta=0.07,
+        max_len=9,
     )
     (ref_grad,) = torch.autograd.grad(expected, ref_logp)
     torch.testing.assert_close(loss, expected)
@@ -238,8 +264,7 @@ def test_conspo_against_loops(seed, tau, margin):
     logp = x["logp"].clone().requires_grad_(True)
     loss, _ = conspo_loss(logp, x["mask"], x["rewards"], x["g"], tau=tau, margin=margin)
     ref_logp = x["logp"].clone().requires_grad_(True)
-    expected = ref_conspo(ref_logp, x["lengths"], x["rewards"].tolist(), x["g"], tau, margin,
-                          0.5)
+    expected = ref_conspo(ref_logp, x["lengths"], x["rewards"].tolist(), x["g"], tau, margin, 0.5)
     torch.testing.assert_close(loss, expected)
     (grad,) = torch.autograd.grad(loss, logp)
     (ref_grad,) = torch.autograd.grad(expected, ref_logp)

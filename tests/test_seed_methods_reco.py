@@ -16,6 +16,7 @@ from contrastive_rlvr.algorithms import (
     reco_loss,
     variance_factor,
 )
+from contrastive_rlvr.algorithms.reco import FACTORS, RESPONSE_WEIGHTS, entropy_factor
 
 torch.set_num_threads(1)
 LOUD = 37.0  # in masked cells: a masking bug shows
@@ -170,3 +171,102 @@ def test_reco_loss_kl_needs_reference():
     _, metrics = reco_loss(logp, logp.detach(), torch.ones(2), mask, ref_logp=ref, beta=0.1)
     # k3 with l_ref - l = -log 2: exp(-log 2) + log 2 - 1 = 0.5 + 0.693147 - 1
     close(metrics["kl/mean"], 0.5 + math.log(2.0) - 1)
+
+
+# ----------------------------------------------------------------------------- options of issue 14
+
+
+def test_entropy_factor_by_hand():
+    # Entropies (nats) of three real positions and one padded one (loud).
+    h = torch.tensor([[0.2, 1.0, 0.0, LOUD], [0.6, LOUD, LOUD, LOUD]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    # "mean": Z = (0.2 + 1.0 + 0.0 + 0.6) / 4 = 0.45
+    z = 0.45
+    close(entropy_factor(h, mask), [[0.2 / z, 1.0 / z, 0.0, 0.0], [0.6 / z, 0, 0, 0]])
+    # the batch's normaliser replaces this micro-batch's mean
+    close(entropy_factor(h, mask, factor_mean=0.5), [[0.4, 2.0, 0.0, 0.0], [1.2, 0, 0, 0]])
+    # "max": Z = log V; V = 4 -> log 4
+    m = math.log(4)
+    close(
+        entropy_factor(h, mask, factor_norm="max", vocab_size=4),
+        [[0.2 / m, 1.0 / m, 0.0, 0.0], [0.6 / m, 0, 0, 0]],
+    )
+    with pytest.raises(ValueError, match="pass vocab_size >= 2, got None"):
+        entropy_factor(h, mask, factor_norm="max")
+
+
+def test_entropy_factor_does_not_vanish_for_a_rare_sampled_token():
+    # One position, distribution (0.5, 0.49, 0.01); the rare token (0.01) was sampled.
+    # p(1-p) = 0.0099 (vanishes), H = -(.5 ln .5 + .49 ln .49 + .01 ln .01) stays large.
+    dist = torch.tensor([0.5, 0.49, 0.01])
+    h = -(dist * dist.log()).sum()
+    mask = torch.ones(1, 1)
+    close(variance_factor(torch.log(torch.tensor([[0.01]])), mask, factor_norm="max"), [[0.0396]])
+    expected = (0.5 * math.log(2) - 0.49 * math.log(0.49) - 0.01 * math.log(0.01)) / math.log(3)
+    close(entropy_factor(h.reshape(1, 1), mask, factor_norm="max", vocab_size=3), [[expected]])
+    assert expected > 0.6
+
+
+def test_reco_loss_with_the_entropy_factor_value_and_gradient_by_hand():
+    logp, mask = _two_rows()
+    entropy = torch.tensor([[0.5, 1.5], [1.0, LOUD]])
+    adv = torch.tensor([1.0, -2.0])
+    weights = torch.tensor([1.0, 0.5])
+    loss, metrics = policy_loss(
+        "reco",
+        logp,
+        logp.detach(),
+        adv,
+        mask,
+        weights=weights,
+        factor="entropy",
+        entropy=entropy,
+    )
+    # "mean": Z = (0.5 + 1.5 + 1.0) / 3 = 1 -> f = H. Terms -w f A:
+    # row 0: (-0.5, -1.5), token mean -1.0; row 1: -(0.5 * 1.0 * -2) = 1.0.
+    # seq-mean-token-mean over the weighted row count 1.5: (-1.0 + 1.0) / 1.5 = 0.
+    close(loss, 0.0)
+    loss.backward()
+    # gradient -w f A / (|o_i| * 1.5)
+    close(logp.grad, [[-0.5 / 3, -1.5 / 3], [1.0 / 1.5, 0.0]])
+    close(metrics["reco/entropy_mean"], 1.0)
+    close(metrics["reco/factor_max"], 1.5)
+
+
+def test_reco_loss_factor_options_are_checked():
+    logp, mask = _two_rows()
+    adv = torch.tensor([1.0, -2.0])
+    with pytest.raises(ValueError, match="factor='entropy' needs entropy"):
+        reco_loss(logp, logp.detach(), adv, mask, factor="entropy")
+    with pytest.raises(ValueError, match="entropy is only used with factor='entropy'"):
+        reco_loss(logp, logp.detach(), adv, mask, entropy=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="unknown ReCo factor 'ratio'; valid: variance, entropy"):
+        reco_loss(logp, logp.detach(), adv, mask, factor="ratio")
+    assert FACTORS == ("variance", "entropy") and RESPONSE_WEIGHTS == ("count", "expected")
+
+
+def test_expected_weights_in_the_loss_down_weight_a_likely_response_seen_once():
+    # G = 4, one group: row 0 has pi_old = 0.5 (expected 2 copies in 4), sampled once;
+    # rows 1-3 are rare. Count weights: all 1 (every response distinct). Expected
+    # weights: (1/2, 1, 1, 1): row 0 counts as half a response.
+    old = torch.log(torch.tensor([[0.5], [0.01], [0.02], [0.03]]))
+    mask = torch.ones(4, 1)
+    keys = completion_keys(torch.tensor([[1], [2], [3], [4]]), mask)
+    close(occurrence_weights(keys, 4), [1.0, 1.0, 1.0, 1.0])
+    w = expected_occurrence_weights(old, mask, 4)
+    close(w, [0.5, 1.0, 1.0, 1.0])
+    logp = old.clone().requires_grad_()
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0])
+    loss, metrics = reco_loss(logp, old, adv, mask, weights=w, factor_norm="max")
+    # f = 4 p (1 - p) = 4 * (.25, .0099, .0196, .0291) = (1, .0396, .0784, .1164);
+    # terms -w f A = (-.5, .0396, .0784, -.1164), over sum w = 3.5 rows
+    close(loss, (-0.5 + 0.0396 + 0.0784 - 0.1164) / 3.5, rtol=1e-5, atol=1e-6)
+    close(metrics["reco/distinct_frac"], 3.5 / 4)
+
+
+def test_expected_weights_need_only_each_rows_own_probability():
+    # Three rows of a G = 4 group (e.g. one process's share): w = 1 / max(1, 4 pi_old)
+    old = torch.log(torch.tensor([[0.5], [0.1], [0.25]]))
+    close(expected_occurrence_weights(old, torch.ones(3, 1), 4), [0.5, 1.0, 1.0])
+    with pytest.raises(ValueError, match="group_size must be >= 1, got 0"):
+        expected_occurrence_weights(old, torch.ones(3, 1), 0)

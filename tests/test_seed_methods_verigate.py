@@ -15,6 +15,7 @@ from contrastive_rlvr.algorithms import (
     equations_right,
     future_cumulated,
     gated_groups,
+    process_advantages,
     score_steps,
     split_steps,
     step_of_tokens,
@@ -189,7 +190,9 @@ def _batch():
 
 def test_verigate_outcome_and_process_paths_by_hand():
     rewards, mask, index, scores = _batch()
-    adv, metrics = verigate_advantages(rewards, 2, scores, index, mask, eps=0.0)
+    adv, metrics = verigate_advantages(
+        rewards, 2, scores, index, mask, eps=0.0, process_norm="cumulated"
+    )
     # Group 0: rewards (1, 0), mean 0.5, Bessel std sqrt(0.5) -> A = +-0.5/sqrt(0.5) = +-0.70711.
     a = 0.5 / math.sqrt(0.5)
     # Group 1: C row 2 = (1+0, 0) = (1, 0); row 3 = (1+1+0, 1+0, 0) = (2, 1, 0).
@@ -209,9 +212,9 @@ def test_verigate_outcome_and_process_paths_by_hand():
     close(metrics["verigate/collapse_rate"], 0.0)
 
 
-def test_verigate_normalise_steps_then_cumulate_option():
+def test_verigate_normalise_steps_then_cumulate_is_the_default():
     rewards, mask, index, scores = _batch()
-    adv, _ = verigate_advantages(rewards, 2, scores, index, mask, eps=0.0, process_norm="steps")
+    adv, _ = verigate_advantages(rewards, 2, scores, index, mask, eps=0.0)
     # p of group 1: 1, 0 | 1, 1, 0; mean 0.6; squared deviations .16 .36 .16 .16 .36 = 1.2;
     # var 0.3. Normalised p: row 2 (0.4, -0.6)/s, row 3 (0.4, 0.4, -0.6)/s; cumulated
     # row 2: (-0.2, -0.6)/s; row 3: (0.2, -0.2, -0.6)/s.
@@ -224,12 +227,26 @@ def test_verigate_without_std_and_with_given_outcome_advantages():
     rewards, mask, index, scores = _batch()
     outcome = torch.tensor([3.0, -3.0, 99.0, 99.0])  # e.g. RCC advantages; gated rows ignore it
     adv, _ = verigate_advantages(
-        rewards, 2, scores, index, mask, outcome=outcome, scale_by_std=False
+        rewards,
+        2,
+        scores,
+        index,
+        mask,
+        outcome=outcome,
+        scale_by_std=False,
+        process_norm="cumulated",
     )
     close(adv[0], [3, 3, 3, 0, 0])
     # centred C (mean 0.8): row 2 (0.2, -0.8), row 3 (1.2, 0.2, -0.8)
     close(adv[2], [0.2, 0.2, -0.8, -0.8, 0])
     close(adv[3], [1.2, 0.2, 0.2, -0.8, -0.8])
+    # default (steps): centred p (mean 0.6): row 2 (0.4, -0.6), row 3 (0.4, 0.4, -0.6);
+    # cumulated: row 2 (-0.2, -0.6), row 3 (0.2, -0.2, -0.6)
+    adv, _ = verigate_advantages(
+        rewards, 2, scores, index, mask, outcome=outcome, scale_by_std=False
+    )
+    close(adv[2], [-0.2, -0.2, -0.6, -0.6, 0])
+    close(adv[3], [0.2, -0.2, -0.2, -0.6, -0.6])
 
 
 def test_verigate_equal_step_scores_collapse_and_tokens_without_step_get_zero():
@@ -275,6 +292,15 @@ def test_verigate_end_to_end_on_character_tokens():
     assert scores == [[1, 1], [0, 1], [0, 1], [0, 0]]
     index = token_step_index(spans, offsets, mask)
     adv, _ = verigate_advantages(rewards, 4, scores, index, mask, eps=0.0)
+    # Default (steps): p values 1,1,0,1,0,1,0,0: mean 1/2, deviations +-1/2, sum of
+    # squares 2, Bessel var 2/7. Completion 0: step 0 (1/2 + 1/2)/s, step 1 (1/2)/s;
+    # completion 3: -1/s, -(1/2)/s.
+    s = math.sqrt(2 / 7)
+    close(adv[0, :8], torch.full((8,), 1 / s))
+    close(adv[0, 8:16], torch.full((8,), 0.5 / s))
+    close(adv[3, :8], torch.full((8,), -1 / s))
+    close(adv[3, 8:16], torch.full((8,), -0.5 / s))
+    adv, _ = verigate_advantages(rewards, 4, scores, index, mask, eps=0.0, process_norm="cumulated")
     # C values 2,1,1,1,1,1,0,0: mean 7/8; deviations 9/8, 1/8 x5, -7/8 x2;
     # sum of squares (81 + 5 + 98)/64 = 184/64; Bessel var 184/(64*7).
     s = math.sqrt(184 / 448)
@@ -282,3 +308,45 @@ def test_verigate_end_to_end_on_character_tokens():
     close(adv[0, :8], torch.full((8,), (9 / 8) / s))
     close(adv[0, 8:16], torch.full((8,), (1 / 8) / s))
     close(adv[3, :16], torch.full((16,), (-7 / 8) / s))
+
+
+def _all_right_group(lengths):
+    """One gated group (rewards all 1), every step right; one token per step."""
+    width = max(lengths)
+    mask = torch.zeros(len(lengths), width)
+    index = torch.full((len(lengths), width), -1)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+        index[i, :n] = torch.arange(n)
+    scores = [[1.0] * n for n in lengths]
+    return torch.ones(len(lengths)), mask, index, scores
+
+
+def test_verigate_all_right_group_gets_zero_by_default_and_not_when_cumulated():
+    # The issue's example: G = 8, seven 3-step completions and one 4-step one, every
+    # step right. Default: the step scores are all equal -> exactly 0 everywhere.
+    rewards, mask, index, scores = _all_right_group([3] * 7 + [4])
+    adv, metrics = verigate_advantages(rewards, 8, scores, index, mask)
+    assert torch.equal(adv, torch.zeros_like(adv))
+    close(metrics["verigate/collapse_rate"], 1.0)
+    # cumulated, no std: C = (3, 2, 1) x 7 and (4, 3, 2, 1); mean (7 * 6 + 10) / 25 = 2.08
+    adv, _ = verigate_advantages(
+        rewards, 8, scores, index, mask, scale_by_std=False, process_norm="cumulated"
+    )
+    close(adv[0, :3], [3 - 2.08, 2 - 2.08, 1 - 2.08])  # (.92, -.08, -1.08)
+    close(adv[7], [4 - 2.08, 3 - 2.08, 2 - 2.08, 1 - 2.08])  # (1.92, .92, -.08, -1.08)
+
+
+def test_process_advantages_one_wrong_step_by_hand():
+    # G = 2: row 0 steps (1, 1, 1), row 1 steps (1, 0, 1). Six scores, mean 5/6;
+    # deviations 1/6 (x5) and -5/6; sum of squares 5/36 + 25/36 = 30/36; Bessel
+    # var (30/36) / 5 = 1/6. Normalised: right a = (1/6)/s, wrong b = (-5/6)/s.
+    # Row 0: (3a, 2a, a); row 1: (a + b + a, b + a, a).
+    s = math.sqrt(1 / 6)
+    a, b = (1 / 6) / s, (-5 / 6) / s
+    scores = torch.tensor([[1.0, 1.0, 1.0, 9.0], [1.0, 0.0, 1.0, 9.0]])  # 9: padding
+    smask = torch.tensor([[True, True, True, False], [True, True, True, False]])
+    adv = process_advantages(scores, smask, 2, eps=0.0)
+    close(adv, [[3 * a, 2 * a, a, 0], [2 * a + b, a + b, a, 0]])
+    with pytest.raises(ValueError, match="unknown process_norm 'sum'"):
+        process_advantages(scores, smask, 2, process_norm="sum")

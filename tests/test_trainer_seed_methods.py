@@ -139,7 +139,9 @@ def expected_step_index(tokenizer, completion: list[int]) -> list[int]:
 
 def test_verigate_token_advantages(model_dir, tmp_path):
     options, reward = SWITCHES["verigate"]
-    config = make_config(tmp_path, per_device_train_batch_size=4 * GROUP, **options)
+    config = make_config(
+        tmp_path, per_device_train_batch_size=4 * GROUP, verigate_process_norm="steps", **options
+    )
     trainer = trainer_for(model_dir, config, reward)
     out = trainer._generate_and_score_completions(first_batch(trainer))
     tok = trainer.processing_class
@@ -159,16 +161,18 @@ def test_verigate_token_advantages(model_dir, tmp_path):
     assert 0 < len(gated) < 4, "the batch should hold gated and mixed groups"
     logged = trainer._metrics["train"]
     assert logged["verigate/gated_frac"][-1] == len(gated) / 4
-    # One gated group by hand: C_ij = digits from character j on, normalised over the
-    # group's steps with the Bessel std; token t of row i has the value of its step.
+    # One gated group by hand (process_norm "steps", DeepSeekMath): the step scores
+    # normalised over all steps of the group with the Bessel std, then summed from
+    # step j on; token t of row i has the value of its step.
     g = gated[0]
     members = range(g * GROUP, (g + 1) * GROUP)
-    cum = {i: [sum(scores[i][j:]) for j in range(len(scores[i]))] for i in members}
-    flat = torch.tensor([c for i in members for c in cum[i]])
+    flat = torch.tensor([p for i in members for p in scores[i]])
     if flat.unique().numel() > 1:
+        mean, std = flat.mean(), flat.std() + 1e-6
+        norm = {i: [(p - mean) / std for p in scores[i]] for i in members}
         for i in members:
             for t, step in enumerate(index[i, : len(completions[i])].tolist()):
-                value = (cum[i][step] - flat.mean()) / (flat.std() + 1e-6) if step >= 0 else 0.0
+                value = sum(norm[i][step:]) if step >= 0 else 0.0
                 assert out["advantages"][i, t].item() == pytest.approx(float(value), abs=1e-5)
 
 

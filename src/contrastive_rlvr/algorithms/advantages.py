@@ -24,6 +24,12 @@ from .ops import (
 
 DEFAULT_EPS = 1e-6
 
+RccBound = Literal["none", "reward_range"]
+RCC_BOUNDS: tuple[str, ...] = ("none", "reward_range")
+#: Default bound of the RCC baseline, chosen from the exact bandit variance study
+#: (``benchmarks/rcc_variance.py``, ``docs/rcc.md``).
+DEFAULT_RCC_BOUND: RccBound = "reward_range"
+
 
 def as_float(rewards: Tensor) -> Tensor:
     """Integer or boolean rewards as float32 (a mean of integers is not defined in torch)."""
@@ -112,7 +118,14 @@ def group_covariance(x: Tensor, y: Tensor, group_size: int) -> Tensor:
     return ((xg - xg.mean(1, keepdim=True)) * (yg - yg.mean(1, keepdim=True))).mean(1)
 
 
-def rcc_baseline(rewards: Tensor, delta: Tensor, group_size: int, *, coef: float = 2.0) -> Tensor:
+def rcc_baseline(
+    rewards: Tensor,
+    delta: Tensor,
+    group_size: int,
+    *,
+    coef: float = 2.0,
+    bound: RccBound = DEFAULT_RCC_BOUND,
+) -> Tensor:
     """RCC baseline of every row: ``b* = mean_g R + coef * Cov_g(R, delta)``.
 
     The variance-minimising baseline under the importance weight
@@ -120,21 +133,37 @@ def rcc_baseline(rewards: Tensor, delta: Tensor, group_size: int, *, coef: float
     ``E[R] + 2 Cov(R, delta)`` to first order (BiCC paper, RCC). ``delta`` is
     detached: a baseline carries no gradient.
 
+    The first-order form is unbounded: ``R = [1, 0, 0, 0]``,
+    ``delta = [0, 0, 0, 5]`` gives ``b* = 0.25 + 2 * (-0.3125) = -0.375``, so the
+    wrong rows get a positive advantage. ``E[w^2 R] / E[w^2]`` is a weighted mean
+    of the rewards and always lies in ``[min R, max R]``; ``bound="reward_range"``
+    clamps ``b*`` to the group's ``[min_g R, max_g R]`` so that the best row never
+    gets a negative advantage nor the worst a positive one. ``"none"``: the
+    paper's formula as written. See ``docs/rcc.md`` for the measurement behind
+    the default.
+
     Args:
         rewards, delta: (B,).
+        bound: ``"reward_range"`` or ``"none"``.
     Returns:
         (B,) the group's baseline repeated on each of its rows.
     """
     num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_baseline")
     rewards = as_float(rewards)
     check_rows("delta", delta, rewards.shape[0])
+    if bound not in RCC_BOUNDS:
+        raise ValueError(f"unknown RCC bound {bound!r}; valid: {', '.join(RCC_BOUNDS)}")
     centered, _ = _centered_rewards(rewards, group_size)
     d = group_view(delta.detach().to(rewards.dtype), group_size)
     # Population covariance from the exactly-centred rewards: an all-equal
     # group has covariance exactly 0, so its baseline is exactly its mean.
     cov = (centered * (d - d.mean(1, keepdim=True))).mean(1, keepdim=True)
-    mean = group_view(rewards, group_size).mean(1, keepdim=True)
-    return (mean + coef * cov).expand(-1, group_size).reshape(-1)
+    r = group_view(rewards, group_size)
+    baseline = r.mean(1, keepdim=True) + coef * cov  # (B/G, 1)
+    if bound == "reward_range":
+        low, high = r.amin(1, keepdim=True), r.amax(1, keepdim=True)
+        baseline = torch.minimum(torch.maximum(baseline, low), high)
+    return baseline.expand(-1, group_size).reshape(-1)
 
 
 def rcc_advantages(
@@ -143,6 +172,7 @@ def rcc_advantages(
     group_size: int,
     *,
     coef: float = 2.0,
+    bound: RccBound = DEFAULT_RCC_BOUND,
     scale_by_std: bool = True,
     eps: float = DEFAULT_EPS,
 ) -> Tensor:
@@ -150,8 +180,9 @@ def rcc_advantages(
 
     ``A_i = (R_i - b*) / (std_g R + eps)`` (or ``R_i - b*`` when
     ``scale_by_std=False``) with ``b* = mean_g R + coef * Cov_g(R, delta)``,
-    Cov the population covariance. ``coef=0`` recovers :func:`group_advantages`.
-    A group of equal rewards gives exactly 0.
+    Cov the population covariance, clamped to ``[min_g R, max_g R]`` when
+    ``bound="reward_range"`` (:func:`rcc_baseline`). ``coef=0`` recovers
+    :func:`group_advantages`. A group of equal rewards gives exactly 0.
 
     Args:
         rewards: (B,) rewards. delta: (B,) from :func:`sequence_delta`.
@@ -161,8 +192,10 @@ def rcc_advantages(
     num_groups(rewards.shape[0], group_size, min_size=2, what="rcc_advantages")
     rewards = as_float(rewards)
     check_rows("delta", delta, rewards.shape[0])
-    centered, equal = _centered_rewards(rewards, group_size)
-    b_shift = group_view(rcc_baseline(rewards, delta, group_size, coef=coef), group_size)
+    _, equal = _centered_rewards(rewards, group_size)
+    b_shift = group_view(
+        rcc_baseline(rewards, delta, group_size, coef=coef, bound=bound), group_size
+    )
     adv = group_view(rewards, group_size) - b_shift
     adv = torch.where(equal.unsqueeze(1), torch.zeros_like(adv), adv)
     if scale_by_std:

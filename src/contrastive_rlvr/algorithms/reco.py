@@ -16,7 +16,12 @@ terms, and the loss is divided by the *weighted* count (``sum_i w_i`` rows,
 or ``sum_i w_i |o_i|`` tokens for token-mean), i.e. the number of distinct
 responses: each distinct response counts once, however often it was sampled.
 The advantages themselves are unchanged (the baseline is still the mean over
-all G samples).
+all G samples). Long reasoning traces are almost never sampled twice, so with
+token-id keys these weights are all 1 there. The alternative reading
+(:func:`expected_occurrence_weights`, ``response_weights="expected"``) uses the
+*expected* occurrence ``G * pi_old(o_i | q)`` in place of the observed count,
+``w_i = 1 / max(1, G pi_old(o_i | q))``: a response the sampler would draw more
+than once in G is down-weighted even when it was drawn once.
 
 (b) Variance factor of token t (:func:`variance_factor`): with ``p_t`` the
 current probability of the sampled token,
@@ -30,7 +35,17 @@ default: the factor only redistributes the update among tokens and its mean
 is 1, like an on-policy ratio) or 1/4 (``"max"``: f in [0, 1], no batch
 dependence). Unlike the ratio ``pi_theta / pi_old``, which grows as a token
 becomes more likely, ``f_t`` shrinks once ``p_t`` passes 1/2: no
-rich-get-richer feedback.
+rich-get-richer feedback. But ``p(1 - p)`` also vanishes for a *rare* sampled
+token (p -> 0), exactly where exploration happened. The entropy factor
+(:func:`entropy_factor`, ``factor="entropy"``) uses the entropy of the whole
+next-token distribution instead,
+
+    f_t = sg(H_t) / Z,    H_t = -sum_v pi(v | context_t) log pi(v | context_t)
+
+which is large at every non-saturated decision point whichever token was
+sampled there, and 0 only where the distribution is one-hot. ``Z`` is the
+batch's mean entropy (``"mean"``) or ``log V`` (``"max"``, V the vocabulary
+size: f in [0, 1]).
 
 The ReCo loss (:func:`reco_loss`) uses ``f_t`` in place of the ratio in a
 policy-gradient term, keeping PPO's trust region as a gate:
@@ -46,6 +61,7 @@ sampling policy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
@@ -66,6 +82,10 @@ from .ops import (
 
 FactorNorm = Literal["mean", "max"]
 FACTOR_NORMS: tuple[str, ...] = ("mean", "max")
+Factor = Literal["variance", "entropy"]
+FACTORS: tuple[str, ...] = ("variance", "entropy")
+ResponseWeights = Literal["count", "expected"]
+RESPONSE_WEIGHTS: tuple[str, ...] = ("count", "expected")
 # The largest Bernoulli variance p(1 - p), at p = 1/2.
 MAX_VARIANCE = 0.25
 # Floor of the mean variance: a batch of fully saturated tokens (mean 0) gives
@@ -109,12 +129,17 @@ def expected_occurrence_weights(old_logp: Tensor, mask: Tensor, group_size: int)
     for short completions, where high-probability responses are common.
 
     Args:
-        old_logp, mask: (B, T) sampling-time log-probs and mask.
+        old_logp, mask: (B, T) sampling-time log-probs and mask (any rows; they
+            need not be whole groups).
+        group_size: G, the number of samples drawn per prompt.
     Returns:
         (B,) weights in (0, 1].
     """
     check_same_shape(old_logp=old_logp, mask=mask)
-    num_groups(old_logp.shape[0], group_size, min_size=1, what="expected_occurrence_weights")
+    # Each row's weight needs only its own pi_old and G, so any subset of rows
+    # works (e.g. one process's share of a group).
+    if group_size < 1:
+        raise ValueError(f"expected_occurrence_weights: group_size must be >= 1, got {group_size}")
     seq_logp = masked_fill_zero(old_logp.detach(), mask).sum(1)  # (B,) log pi_old(o | q)
     expected = group_size * torch.exp(seq_logp)
     return 1.0 / expected.clamp(min=1.0)
@@ -155,11 +180,49 @@ def variance_factor(
     return var / z.clamp(min=VARIANCE_FLOOR)
 
 
+def entropy_factor(
+    entropy: Tensor,
+    mask: Tensor,
+    *,
+    factor_norm: FactorNorm = "mean",
+    factor_mean: float | Tensor | None = None,
+    vocab_size: int | None = None,
+) -> Tensor:
+    """ReCo entropy factor ``f_t = sg(H_t) / Z`` (module docstring), (B, T).
+
+    Args:
+        entropy: (B, T) entropy (nats) of the current policy's next-token
+            distribution at each completion position.
+        mask: (B, T).
+        factor_norm: ``"mean"`` (Z = mean entropy over completion tokens) or
+            ``"max"`` (Z = log V, the largest entropy).
+        factor_mean: Z for ``"mean"`` from the whole batch (micro-batches then
+            share one normaliser); default: this batch's mean.
+        vocab_size: V, needed for ``"max"``.
+    Returns:
+        (B, T) detached factors, 0 on padding.
+    """
+    check_same_shape(entropy=entropy, mask=mask)
+    h = masked_fill_zero(entropy.detach(), mask)
+    if factor_norm == "max":
+        if vocab_size is None or vocab_size < 2:
+            raise ValueError(
+                f"entropy_factor: factor_norm='max' divides by log(vocab_size); "
+                f"pass vocab_size >= 2, got {vocab_size}"
+            )
+        return h / math.log(vocab_size)
+    if factor_norm != "mean":
+        raise ValueError(f"unknown factor_norm {factor_norm!r}; valid: {', '.join(FACTOR_NORMS)}")
+    z = masked_mean(h, mask) if factor_mean is None else torch.as_tensor(factor_mean)
+    return h / z.clamp(min=VARIANCE_FLOOR)
+
+
 @register_policy_loss(
     "reco",
     clip_low=0.2,
     clip_high=0.2,
     agg="seq-mean-token-mean",
+    factor="variance",
     factor_norm="mean",
     paper="ReCo (2026), abstract only; formulas are our reading",
 )
@@ -170,8 +233,11 @@ def reco_loss(
     mask: Tensor,
     *,
     weights: Tensor | None = None,
+    factor: Factor = "variance",
     factor_norm: FactorNorm = "mean",
     variance_mean: float | Tensor | None = None,
+    entropy: Tensor | None = None,
+    vocab_size: int | None = None,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     agg: str = "seq-mean-token-mean",
@@ -192,9 +258,18 @@ def reco_loss(
     Args:
         logp, old_logp, mask: (B, T). advantages: (B, T) (per-row ones are
             broadcast by :func:`policy_loss`).
-        weights: (B,) occurrence weights (:func:`occurrence_weights`), or None
-            for ReCo's token factor alone.
-        factor_norm, variance_mean: see :func:`variance_factor`.
+        weights: (B,) response weights (:func:`occurrence_weights` or
+            :func:`expected_occurrence_weights`), or None for ReCo's token
+            factor alone.
+        factor: ``"variance"`` (``p(1-p)``, :func:`variance_factor`) or
+            ``"entropy"`` (:func:`entropy_factor`, needs ``entropy``).
+        factor_norm: ``"mean"`` or ``"max"`` (see the two factor functions).
+        variance_mean: Z for ``factor_norm="mean"`` from the whole batch: the
+            mean of the raw factor (``p(1-p)``, or the entropy) over the batch's
+            completion tokens.
+        entropy: (B, T) next-token entropies of the current policy, for
+            ``factor="entropy"``.
+        vocab_size: V, for ``factor="entropy"`` with ``factor_norm="max"``.
         clip_low, clip_high: the trust-region gate (GRPO 0.2/0.2; DAPO 0.2/0.28).
         agg, max_len, num_rows, num_tokens: aggregation (:func:`agg_loss`).
         ref_logp, beta: optional k3 KL to the reference, weighted like the policy term.
@@ -202,8 +277,9 @@ def reco_loss(
         ``(loss, metrics)``: ``loss/policy``, ``clip/*`` and ``ratio/mean`` as
         the other losses (``clip/*`` = share of tokens the gate zeroes),
         ``reco/factor_max`` (largest f_t), ``reco/variance_mean`` (mean p(1-p)),
-        ``reco/saturated_frac`` (share of tokens with p >= 0.99), and with
-        weights ``reco/distinct_frac`` (sum_i w_i / B), ``kl/mean`` with ref_logp.
+        ``reco/saturated_frac`` (share of tokens with p >= 0.99), with the
+        entropy factor ``reco/entropy_mean`` (mean H_t), with weights
+        ``reco/distinct_frac`` (sum_i w_i / B), ``kl/mean`` with ref_logp.
     """
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = per_token(advantages, mask)
@@ -218,19 +294,32 @@ def reco_loss(
     ratio = torch.exp(log_ratio(logp, old_logp, mask))
     low, high = _clip_flags(ratio, advantages, clip_low, clip_high)
     keep = ~(low | high)
-    factor = variance_factor(logp, mask, factor_norm=factor_norm, variance_mean=variance_mean)
+    if factor == "variance":
+        if entropy is not None:
+            raise ValueError("reco_loss: entropy is only used with factor='entropy'")
+        f = variance_factor(logp, mask, factor_norm=factor_norm, variance_mean=variance_mean)
+    elif factor == "entropy":
+        if entropy is None:
+            raise ValueError("reco_loss: factor='entropy' needs entropy, the (B, T) entropies")
+        f = entropy_factor(
+            entropy, mask, factor_norm=factor_norm, factor_mean=variance_mean, vocab_size=vocab_size
+        )
+    else:
+        raise ValueError(f"unknown ReCo factor {factor!r}; valid: {', '.join(FACTORS)}")
     safe_logp = masked_fill_zero(logp, mask)
     unit = torch.exp(safe_logp - safe_logp.detach())  # value 1, gradient d logp
-    per_tok = -(w * keep * factor * advantages) * unit
+    per_tok = -(w * keep * f * advantages) * unit
     agg_kwargs = dict(mode=agg, max_len=max_len, num_rows=num_rows, num_tokens=num_tokens)
     loss = agg_loss(per_tok, mask, **agg_kwargs)
 
     p = torch.exp(safe_logp.detach())
     metrics = _token_clip_metrics(ratio, advantages, mask, clip_low, clip_high)
     metrics["loss/policy"] = loss.detach()
-    metrics["reco/factor_max"] = masked_fill_zero(factor, mask).max()
+    metrics["reco/factor_max"] = masked_fill_zero(f, mask).max()
     metrics["reco/variance_mean"] = masked_mean(p * (1 - p), mask)
     metrics["reco/saturated_frac"] = masked_mean((p >= SATURATED_PROB).float(), mask)
+    if entropy is not None:
+        metrics["reco/entropy_mean"] = masked_mean(entropy.detach(), mask)
     if weights is not None:
         metrics["reco/distinct_frac"] = w.sum() / rows
     if ref_logp is not None:

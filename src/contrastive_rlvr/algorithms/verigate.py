@@ -8,18 +8,26 @@ Only the paper's abstract is public; the formulas here are our reading of it
   advantages the caller passes, e.g. RCC-corrected ones);
 - if they are all equal (the group would give no gradient), the group is
   *gated* to process scores: completion i is split into steps
-  (:func:`split_steps`), a process scorer gives step j a score ``p_ij``, the
-  future-cumulated reward is ``C_ij = sum_{j' >= j} p_ij'``, and
+  (:func:`split_steps`), a process scorer gives step j a score ``p_ij``, and
+  by default (``process_norm="steps"``) the advantages follow DeepSeekMath's
+  process supervision (arXiv:2402.03300, Sec. 4.1.3): normalise the step
+  scores over the group, then give each step the sum of the normalised scores
+  of that step and the steps after it,
 
-      A_ij = (C_ij - mean_g C) / (std_g C + eps)
+      A_ij = sum_{j' >= j} (p_ij' - mean_g p) / (std_g p + eps)
 
-  with mean and (Bessel) std over *all* steps of *all* completions of the group
-  (``process_norm="cumulated"``, our reading of "normalise them over the
-  group"); every token of step j gets ``A_ij``. The alternative
-  ``process_norm="steps"`` normalises the step scores first and cumulates
-  afterwards, ``A_ij = sum_{j' >= j} (p_ij' - mean_g p) / (std_g p + eps)``,
-  the order of DeepSeekMath's process supervision (arXiv:2402.03300,
-  Sec. 4.1.3).
+  with mean and (Bessel) std over *all* steps of *all* completions of the
+  group; every token of step j gets ``A_ij``. A group whose steps are all
+  right (all scores equal) gets exactly 0, whatever its completions' lengths.
+
+  ``process_norm="cumulated"`` reverses the order: future-cumulate first,
+  ``C_ij = sum_{j' >= j} p_ij'``, then normalise,
+  ``A_ij = (C_ij - mean_g C) / (std_g C + eps)``. It is the literal reading of
+  the abstract ("normalise them over the group"), but ``C`` grows with the
+  number of steps left, so an all-right group gets advantages that fall along
+  each completion and favour longer chains (seven 3-step and one 4-step
+  completion, all steps right, without std: ``(.92, -.08, -1.08)`` and
+  ``(1.92, .92, -.08, -1.08)``). Kept as an option (``docs/seed-methods.md``).
 
 Shapes: ``B`` rows laid out group by group, ``T`` completion tokens, ``G``
 group size; the step index of each token is a (B, T) long tensor, -1 on
@@ -44,8 +52,11 @@ from .step_checker import ArithmeticStepScorer as ArithmeticStepScorer
 
 StepRule = Literal["lines", "chain", "regex"]
 STEP_RULES: tuple[str, ...] = ("lines", "chain", "regex")
-ProcessNorm = Literal["cumulated", "steps"]
-PROCESS_NORMS: tuple[str, ...] = ("cumulated", "steps")
+ProcessNorm = Literal["steps", "cumulated"]
+PROCESS_NORMS: tuple[str, ...] = ("steps", "cumulated")
+#: DeepSeekMath's order (normalise the step scores, then cumulate): an all-right
+#: group gets zero advantages (module docstring).
+DEFAULT_PROCESS_NORM: ProcessNorm = "steps"
 
 # A group whose token advantages are all within this of 0 gives no gradient:
 # it counts as collapsed in the metrics.
@@ -260,30 +271,31 @@ def process_advantages(
     step_mask: Tensor,
     group_size: int,
     *,
-    process_norm: ProcessNorm = "cumulated",
+    process_norm: ProcessNorm = DEFAULT_PROCESS_NORM,
     scale_by_std: bool = True,
     eps: float = DEFAULT_EPS,
 ) -> Tensor:
-    """Group-normalised future-cumulated step advantages ``A_ij`` (module docstring).
+    """Group-normalised process advantages ``A_ij`` of every step (module docstring).
 
     Args:
         step_scores: (B, S) step scores ``p_ij``, padded.
         step_mask: (B, S) bool, True on real steps (a prefix of each row).
-        process_norm: ``"cumulated"`` (normalise ``C_ij``) or ``"steps"``
-            (normalise ``p_ij``, then cumulate).
+        process_norm: ``"steps"`` (normalise ``p_ij`` over the group, then
+            cumulate: DeepSeekMath, the default) or ``"cumulated"`` (cumulate,
+            then normalise ``C_ij``).
     Returns:
         (B, S) advantages, 0 on padded steps.
     """
     check_same_shape(step_scores=step_scores, step_mask=step_mask)
     step_mask = step_mask.bool()
     p = torch.where(step_mask, step_scores, 0)
-    if process_norm == "cumulated":
+    if process_norm == "steps":
+        norm = _group_normalise(p, step_mask, group_size, scale_by_std=scale_by_std, eps=eps)
+        adv = future_cumulated(norm)  # padded steps are 0: they add nothing
+    elif process_norm == "cumulated":
         adv = _group_normalise(
             future_cumulated(p), step_mask, group_size, scale_by_std=scale_by_std, eps=eps
         )
-    elif process_norm == "steps":
-        norm = _group_normalise(p, step_mask, group_size, scale_by_std=scale_by_std, eps=eps)
-        adv = future_cumulated(norm)
     else:
         raise ValueError(f"unknown process_norm {process_norm!r}; valid: {PROCESS_NORMS}")
     return torch.where(step_mask, adv, 0)
@@ -305,7 +317,7 @@ def verigate_advantages(
     outcome: Tensor | None = None,
     scale_by_std: bool = True,
     eps: float = DEFAULT_EPS,
-    process_norm: ProcessNorm = "cumulated",
+    process_norm: ProcessNorm = DEFAULT_PROCESS_NORM,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """VeriGate token-level advantages (B, T): outcome where rewards differ, process where not.
 
