@@ -17,8 +17,10 @@ from trl.trainer.utils import add_fused_lm_head
 
 from contrastive_rlvr.trainer.packed_prefix import (
     IGNORE_INDEX,
+    SPLIT_ATTENTION,
     PackedPrefixUnsupported,
     build_packed_layout,
+    enable_split_attention,
     packed_prefix_logps,
     supports_packed_prefix,
 )
@@ -27,7 +29,8 @@ VOCAB = 97
 
 
 def tiny_llama(attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
-    """A random float32 Llama (rotary positions, grouped-query attention), fused head on."""
+    """A random float32 Llama (rotary positions, grouped-query attention), fused head on;
+    ``attn="split"``: SDPA switched to the split attention of the packed forward."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=VOCAB,
@@ -38,10 +41,12 @@ def tiny_llama(attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
         num_key_value_heads=2,
         max_position_embeddings=128,
         rope_theta=100.0,  # fast-turning rotations: a wrong position shows in the values
-        attn_implementation=attn,
+        attn_implementation="sdpa" if attn == "split" else attn,
     )
     model = LlamaForCausalLM(config).float()
     add_fused_lm_head(model, temperature=0.7)
+    if attn == "split":
+        assert enable_split_attention(model)
     return model
 
 
@@ -127,7 +132,7 @@ def test_layout_by_hand():
     assert layout.valid.tolist() == [[True, True, False], [True] * 3, [True] * 3]
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "split"])
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_values_and_gradients_match_per_row(attn, checkpointing):
     model = tiny_llama(attn)
@@ -149,6 +154,16 @@ def test_values_and_gradients_match_per_row(attn, checkpointing):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
 
 
+def test_split_attention_leaves_other_calls_as_sdpa():
+    """Switched to split attention, a model's ordinary (per-row) forward is unchanged."""
+    ids, mask, completion, completion_mask = batch()
+    sdpa, split = tiny_llama("sdpa"), tiny_llama("split")
+    assert split.config._attn_implementation == SPLIT_ATTENTION
+    assert not enable_split_attention(tiny_llama("eager"))
+    expected = per_row(sdpa, ids, mask, completion, completion_mask)
+    torch.testing.assert_close(per_row(split, ids, mask, completion, completion_mask), expected)
+
+
 def test_wrong_positions_would_fail():
     """The check above can fail: naive packing positions (counting along the packed row,
     so every later segment sits too far from its prompt) give other values."""
@@ -161,7 +176,7 @@ def test_wrong_positions_would_fail():
     assert not torch.allclose(got * completion_mask, expected * completion_mask, atol=1e-3)
     # Dropping the segment separation (every completion sees the others) also shows.
     layout = build_packed_layout(ids, mask, completion, completion_mask)
-    layout.allowed = torch.ones_like(layout.allowed).tril()
+    layout.segment = torch.full_like(layout.segment, -1)
     got = packed_prefix_logps(model, ids, mask, completion, completion_mask, layout=layout)
     assert not torch.allclose(got * completion_mask, expected * completion_mask, atol=1e-3)
 
@@ -224,11 +239,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, out: str, attn: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    model = tiny_llama()
+    model = tiny_llama(attn)
     model.activation_checkpointing_enable({"use_reentrant": False})
     model.train()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -242,9 +257,13 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_ddp_two_processes_gradients_equal_single_process_per_row(tmp_path):
+@pytest.mark.parametrize("attn", ["sdpa", "split"])
+def test_ddp_two_processes_gradients_equal_single_process_per_row(tmp_path, attn):
+    """Each process packs its half of the rows (checkpointing on); DDP's averaged
+    gradients equal those of the whole batch's per-row forward in one process."""
     out = str(tmp_path / "grads.pt")
-    mp.start_processes(_ddp_worker, args=(2, _free_port(), out), nprocs=2, start_method="spawn")
+    args = (2, _free_port(), out, attn)
+    mp.start_processes(_ddp_worker, args=args, nprocs=2, start_method="spawn")
     ddp_grads = torch.load(out)
     model = tiny_llama()
     ids, mask, completion, completion_mask = batch()

@@ -39,17 +39,49 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .prefix import distinct_rows
 
 # Attention implementations whose kernels take an arbitrary 4-D mask, and the mask form each
 # one wants: SDPA a boolean (True = attend), eager an additive float mask.
-MASK_KINDS = {"sdpa": "bool", "eager": "additive"}
+MASK_KINDS = {"sdpa": "bool", "eager": "additive", "sdpa_split_prefix": "split"}
 IGNORE_INDEX = -100  # TRL's fused head skips labels equal to this
+
+
+# The attention implementation that runs the packed layout as split attention: SDPA on each
+# prompt's shared part, then SDPA of each segment over [its prompt ; itself]. Every other call
+# (no ``packed_prefix`` keyword: generation, the per-row forward) is transformers' own SDPA.
+SPLIT_ATTENTION = "sdpa_split_prefix"
 
 
 class PackedPrefixUnsupported(RuntimeError):
     """The model's attention cannot take the packed layout's mask; use the per-row forward."""
+
+
+@dataclass
+class SplitLayout:
+    """Where each part of a packed row is, for split attention (prompt self-attention, then
+    each row's segment attending to its prompt and itself).
+
+    Attributes:
+        shared: S, the longest shared prompt part; packed row u holds its own in columns
+            ``0 .. S_u - 1`` (columns ``S_u .. S - 1`` belong to its first segments).
+        row: (B,) the packed row of each row's segment.
+        columns: (B, N) packed columns of each segment's tokens (N the longest segment).
+        present: (B, N) bool, the columns that are the segment's (not padding).
+        mask: (B, 1, N, S + N) bool, what segment token j may attend: its prompt's
+            shared keys, then its own earlier (real) keys; padding sees itself.
+    """
+
+    shared: int
+    row: torch.Tensor
+    columns: torch.Tensor
+    present: torch.Tensor
+    mask: torch.Tensor
 
 
 @dataclass
@@ -59,24 +91,108 @@ class PackedLayout:
     Attributes:
         input_ids: (U, L) one packed row per distinct prompt.
         position_ids: (U, L) each token's position in its own row's sequence.
-        allowed: (U, L, L) bool, ``allowed[u, q, k]``: query q may attend key k.
+        segment: (U, L) -1 on the shared prompt part, b on row b's segment, -2 on padding.
+        key_ok: (U, L) bool, tokens others may attend (real prompt and scored-or-inner
+            completion tokens; a 0 of ``completion_mask`` is a key nobody sees).
         shift_labels: (U, L) the token each position predicts, -100 where nothing is scored.
         index: (B, C) flat index into (U * L) of the position that predicts
             completion token j of row b (0 where ``valid`` is False).
         valid: (B, C) bool, the completion positions that were packed.
+        split: the same layout indexed for split attention (:class:`SplitLayout`).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    allowed: torch.Tensor
+    segment: torch.Tensor
+    key_ok: torch.Tensor
     shift_labels: torch.Tensor
     index: torch.Tensor
     valid: torch.Tensor
+    split: SplitLayout
+
+    @property
+    def allowed(self) -> torch.Tensor:
+        """(U, L, L) bool, ``allowed[u, q, k]``: query q may attend key k (the dense mask)."""
+        seg, length = self.segment, self.segment.size(1)
+        device = seg.device
+        causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+        same = (seg.unsqueeze(2) == seg.unsqueeze(1)) | (seg == -1).unsqueeze(1)  # (U, Lq, Lk)
+        is_pad = (seg == -2).unsqueeze(2)  # (U, Lq, 1)
+        allowed = same & causal & self.key_ok.unsqueeze(1) & ~is_pad
+        # Tail padding attends to itself only, so no query row is empty (NaN in SDPA).
+        return allowed | (is_pad & torch.eye(length, dtype=torch.bool, device=device))
 
     @property
     def tokens(self) -> int:
         """Packed length U * L (with the tail padding of the shorter packed rows)."""
         return self.input_ids.numel()
+
+
+def split_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    packed_prefix: SplitLayout | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention of a packed batch in two SDPA calls (the split form of Prefix Grouper,
+    arXiv:2506.05433): each prompt's shared part attends to itself causally, and each
+    row's segment attends to [its prompt's shared keys ; its own earlier keys]. Exact, and
+    its cost is what the rows need, not the square of the packed length.
+
+    ``query`` (U, H, L, d), ``key``/``value`` (U, H_kv, L, d); returns (U, L, H, d) as
+    transformers' attention functions do. Without ``packed_prefix`` this is SDPA.
+    """
+    if packed_prefix is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    dropout = dropout if module.training else 0.0
+    split = packed_prefix
+    shared, rows, columns = split.shared, split.row, split.columns
+    out = query.new_zeros(query.shape).transpose(1, 2)  # (U, L, H, d)
+    if shared > 0:
+        head = F.scaled_dot_product_attention(
+            query[:, :, :shared],
+            key[:, :, :shared],
+            value[:, :, :shared],
+            is_causal=True,
+            dropout_p=dropout,
+            scale=scaling,
+        )  # (U, H, S, d)
+        out[:, :shared] = head.transpose(1, 2)
+    gather = (rows.unsqueeze(1), slice(None), columns)  # -> (B, N, H, d)
+    seg_q = query[gather].transpose(1, 2)  # (B, H, N, d)
+    seg_k = torch.cat([key[rows, :, :shared], key[gather].transpose(1, 2)], dim=2)
+    seg_v = torch.cat([value[rows, :, :shared], value[gather].transpose(1, 2)], dim=2)
+    tail = F.scaled_dot_product_attention(
+        seg_q, seg_k, seg_v, attn_mask=split.mask, dropout_p=dropout, scale=scaling
+    )  # (B, H, N, d)
+    present = split.present
+    where = (rows.unsqueeze(1).expand_as(columns)[present], columns[present])
+    out = out.index_put(where, tail.transpose(1, 2)[present])  # segments overwrite columns >= S_u
+    return out.contiguous(), None
+
+
+def enable_split_attention(model: torch.nn.Module) -> bool:
+    """Switch an SDPA model to :data:`SPLIT_ATTENTION` (same results for every call; the
+    packed forward then runs as split attention). Returns False, changing nothing, for a
+    model on another attention implementation."""
+    config = _unwrap(model).config
+    if config._attn_implementation == SPLIT_ATTENTION:
+        return True
+    if config._attn_implementation != "sdpa":
+        return False
+    AttentionInterface.register(SPLIT_ATTENTION, split_attention_forward)
+    AttentionMaskInterface.register(SPLIT_ATTENTION, sdpa_mask)
+    config._attn_implementation = SPLIT_ATTENTION
+    return True
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -188,25 +304,46 @@ def build_packed_layout(
         rows = [s[key] + [fill] * (length - len(s[key])) for s in packed]
         return torch.tensor(rows, dtype=torch.long, device=device)
 
-    seg, key_ok = stack("seg", -2), stack("key", 0).bool()
-    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-    same = (seg.unsqueeze(2) == seg.unsqueeze(1)) | (seg == -1).unsqueeze(1)  # (U, Lq, Lk)
-    is_pad = (seg == -2).unsqueeze(2)  # (U, Lq, 1)
-    allowed = same & causal & key_ok.unsqueeze(1) & ~is_pad
-    # Tail padding attends to itself only, so no query row is empty (an empty row is NaN in SDPA).
-    allowed = allowed | (is_pad & torch.eye(length, dtype=torch.bool, device=device))
+    key_ok = stack("key", 0).bool()
 
+    split = _split_layout(packed, starts, kept, inverse, key_ok)
     offsets = torch.tensor(starts, device=device) + inverse * length  # (B,)
     valid = columns.unsqueeze(0) < kept.unsqueeze(1)  # (B, C)
     index = torch.where(valid, offsets.unsqueeze(1) + columns, 0)
     return PackedLayout(
         input_ids=stack("ids", 0),
         position_ids=stack("pos", 0),
-        allowed=allowed,
+        segment=stack("seg", -2),
+        key_ok=key_ok,
         shift_labels=stack("label", IGNORE_INDEX),
         index=index,
         valid=valid,
+        split=split,
     )
+
+
+def _split_layout(
+    packed: list[dict[str, list[int]]],
+    starts: list[int],
+    kept: torch.Tensor,
+    inverse: torch.Tensor,
+    key_ok: torch.Tensor,
+) -> SplitLayout:
+    device = key_ok.device
+    shared_len = torch.tensor([s["seg"].count(-1) for s in packed], device=device)  # (U,)
+    shared = int(shared_len.max())
+    n = int(kept.max())
+    steps = torch.arange(n, device=device)
+    present = steps.unsqueeze(0) < kept.unsqueeze(1)  # (B, N)
+    columns = torch.where(present, torch.tensor(starts, device=device).unsqueeze(1) + steps, 0)
+    own_ok = key_ok[inverse.unsqueeze(1), columns] & present  # (B, N) real own keys
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    own = causal & own_ok.unsqueeze(1)  # (B, Nq, Nk)
+    own = own | (~present.unsqueeze(2) & torch.eye(n, dtype=torch.bool, device=device))
+    prompt = torch.arange(shared, device=device) < shared_len[inverse].unsqueeze(1)  # (B, S)
+    prompt = prompt.unsqueeze(1) & present.unsqueeze(2)  # padding queries see only themselves
+    mask = torch.cat([prompt, own], dim=2).unsqueeze(1)  # (B, 1, N, S + N)
+    return SplitLayout(shared=shared, row=inverse, columns=columns, present=present, mask=mask)
 
 
 def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor) -> torch.Tensor:
@@ -247,12 +384,23 @@ def packed_prefix_logps(
         raise PackedPrefixUnsupported(reason)
     if layout is None:
         layout = build_packed_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    inputs = {}
+    if MASK_KINDS[_unwrap(model).config._attn_implementation] == "split":
+        # The split attention reads the layout; the 4-D mask only tells transformers that the
+        # mask is ready (it is passed through as is, and not read).
+        inputs["packed_prefix"] = layout.split
+        ids = layout.input_ids
+        inputs["attention_mask"] = torch.ones(
+            ids.size(0), 1, 1, 1, dtype=torch.bool, device=ids.device
+        )
+    else:
+        inputs["attention_mask"] = attention_mask_for(model, layout.allowed)
     out = model(
         input_ids=layout.input_ids,
-        attention_mask=attention_mask_for(model, layout.allowed),
         position_ids=layout.position_ids,
         shift_labels=layout.shift_labels,
         fused_lm_head=True,
+        **inputs,
     )
     flat = out.log_probs.reshape(-1)  # (U * L,)
     return torch.where(layout.valid, flat[layout.index], 0.0)  # (B, C)
