@@ -56,7 +56,6 @@ from dataclasses import dataclass
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from trl.trainer.utils import add_fused_lm_head
 
 from contrastive_rlvr.algorithms.bicc import BiCCTemplate, build_bicc_prompts
 from contrastive_rlvr.trainer.packed_prefix import (
@@ -113,7 +112,51 @@ DEFAULT_ARMS = {
 PROFILE_ROWS = 12  # operators listed per profiled arm
 
 
-def build_model(shapes: Shapes, dtype: torch.dtype, device: str, seed: int) -> LlamaForCausalLM:
+def add_compact_head(model: LlamaForCausalLM, temperature: float = 1.0) -> None:
+    """A stand-in for TRL's ``add_fused_lm_head`` where ``trl.trainer`` cannot be imported
+    (the GPU check does not install TRL and its dataset dependencies): the same contract
+    (``labels`` or ``shift_labels`` with ``fused_lm_head=True`` return per-token
+    ``log_probs``, 0 where the label is -100), with the logits of the labelled positions
+    only (in float32), as TRL projects them on CUDA. Every arm uses the same head."""
+    import types
+
+    original = model.forward
+
+    def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, **kwargs):
+        if not fused_lm_head:
+            return original(*args, labels=labels, **kwargs)
+        hidden = self.base_model(*args, use_cache=False, **kwargs).last_hidden_state
+        if shift_labels is None:
+            hidden, shift_labels = hidden[:, :-1], labels[:, 1:]
+        mask = shift_labels != -100
+        logits = self.get_output_embeddings()(hidden[mask]).float() / temperature  # (N, V)
+        logp = torch.log_softmax(logits, -1).gather(1, shift_labels[mask].unsqueeze(1))
+        out = logp.new_zeros(mask.shape).masked_scatter(mask, logp.squeeze(1))
+        return types.SimpleNamespace(log_probs=out)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def attach_head(model: LlamaForCausalLM, head: str) -> None:
+    if head == "trl":
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(model, temperature=1.0)
+    else:
+        add_compact_head(model, temperature=1.0)
+
+
+def default_head() -> str:
+    try:
+        import trl.trainer.utils  # noqa: F401
+    except ImportError:
+        return "compact"
+    return "trl"
+
+
+def build_model(
+    shapes: Shapes, dtype: torch.dtype, device: str, seed: int, head: str = "trl"
+) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=shapes.vocab,
@@ -127,7 +170,7 @@ def build_model(shapes: Shapes, dtype: torch.dtype, device: str, seed: int) -> L
         attn_implementation="sdpa",
     )
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype)
-    add_fused_lm_head(model, temperature=1.0)
+    attach_head(model, head)
     return model
 
 
@@ -231,6 +274,28 @@ class PeakMemory:
         return self._status("VmHWM:") - self.before
 
 
+def dense_mask_logps(model, *tensors):
+    """The packed forward through plain SDPA with the dense 4-D mask."""
+    config = model.config
+    config._attn_implementation = "sdpa"
+    try:
+        return packed_prefix_logps(model, *tensors)
+    finally:
+        config._attn_implementation = SPLIT_ATTENTION
+
+
+def check_equal(policy, batch) -> None:
+    """The packed log-probs (split and dense-mask attention) against the per-row ones on
+    this batch, in this dtype and on this device: the largest difference on scored tokens."""
+    tensors = [batch[k] for k in ("bicc_prompt_ids", "bicc_prompt_mask", "completion_ids")]
+    mask = batch["completion_mask"]
+    with torch.no_grad():
+        rows = per_row_logps(policy, *tensors, mask)
+        for name, forward in (("split", packed_prefix_logps), ("dense mask", dense_mask_logps)):
+            diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
+            print(f"  packed ({name}) vs per-row log-probs: max |difference| {diff:.2e}")
+
+
 def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[str, Callable]:
     def nograd(model):
         with torch.no_grad():
@@ -246,22 +311,13 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    def dense_mask(model, *tensors):
-        """The packed forward with plain SDPA and the dense 4-D mask."""
-        config = model.config
-        config._attn_implementation = "sdpa"
-        try:
-            return packed_prefix_logps(model, *tensors)
-        finally:
-            config._attn_implementation = SPLIT_ATTENTION
-
     arms = {
         "plain": lambda: loss_phase(policy, batch, "prompt", per_row_logps),
         "plain_packed": lambda: loss_phase(policy, batch, "prompt", packed_prefix_logps),
         "bicc_rows": lambda: loss_phase(policy, batch, "bicc_prompt", per_row_logps),
         "bicc_cache": lambda: loss_phase(policy, batch, "bicc_prompt", shared_prefix_logps),
         "bicc_packed": lambda: loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps),
-        "bicc_packed_mask": lambda: loss_phase(policy, batch, "bicc_prompt", dense_mask),
+        "bicc_packed_mask": lambda: loss_phase(policy, batch, "bicc_prompt", dense_mask_logps),
         "nograd_policy": lambda: nograd(policy),
         "nograd_ref": lambda: nograd(reference),
         "optimizer": step_optimizer,
@@ -275,8 +331,9 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
 
 def run_setting(opts, shapes: Shapes, checkpointing: bool, dtype: torch.dtype) -> dict:
     device = opts.device
-    policy = build_model(shapes, dtype, device, seed=0)
-    reference = build_model(shapes, dtype, device, seed=0).eval().requires_grad_(False)
+    policy = build_model(shapes, dtype, device, seed=0, head=opts.head)
+    reference = build_model(shapes, dtype, device, seed=0, head=opts.head)
+    reference.eval().requires_grad_(False)
     if checkpointing:
         policy.activation_checkpointing_enable({"use_reentrant": False})
     policy.train()
@@ -286,6 +343,8 @@ def run_setting(opts, shapes: Shapes, checkpointing: bool, dtype: torch.dtype) -
         raise SystemExit(f"packed forward unsupported: {reason}")
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
     batch = build_batch(shapes, device, seed=1)
+    if not checkpointing or opts.checkpointing == "on":
+        check_equal(policy, batch)
     arms = make_arms(policy, reference, optimizer, batch, checkpointing)
     setting = "on" if checkpointing else "off"
     wanted = opts.arms or (list(arms) if opts.all_arms else DEFAULT_ARMS[setting])
@@ -444,6 +503,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--completion-max", type=int, default=None)
     parser.add_argument("--arms", default="", help="comma-separated subset (plain always runs)")
     parser.add_argument("--all-arms", action="store_true", help="every arm in both settings")
+    parser.add_argument(
+        "--head",
+        choices=["trl", "compact"],
+        default=None,
+        help="log-prob head: TRL's add_fused_lm_head, or the compact stand-in (default: TRL's "
+        "when trl.trainer imports)",
+    )
     parser.add_argument("--profile", default="", help="comma-separated arms to profile instead")
     parser.add_argument("--json", default="", help="also write the results to this file")
     opts = parser.parse_args(argv)
@@ -457,12 +523,15 @@ def main(argv: list[str] | None = None) -> None:
         opts.warmup = 0 if opts.device == "cpu" else 1
     opts.arms = [a for a in opts.arms.split(",") if a]
     opts.profile = [a for a in opts.profile.split(",") if a]
+    opts.head = opts.head or default_head()
     opts.started = time.perf_counter()
     torch.set_num_threads(opts.threads)
     dtype = getattr(torch, opts.dtype)
+    if opts.device.startswith("cuda"):
+        print(f"device: {torch.cuda.get_device_name()}", flush=True)
     print(
         f"loss_overhead: {vars(opts.shapes)}, device {opts.device}, {opts.dtype}, "
-        f"{opts.threads} thread(s), torch {torch.__version__}",
+        f"{opts.threads} thread(s), torch {torch.__version__}, head {opts.head}",
         flush=True,
     )
     results = {}
