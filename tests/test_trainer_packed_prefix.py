@@ -194,6 +194,16 @@ def test_plain_groups_one_prompt_per_group():
     torch.testing.assert_close(got, expected * completion_mask, atol=1e-5, rtol=0)
 
 
+def test_chunked_no_grad_call_equals_one_call():
+    """chunk_rows=3 packs rows 0-2, 3-5, 6-7 separately (prompt 0 is in two chunks)."""
+    model = tiny_llama("split")
+    ids, mask, completion, completion_mask = batch()
+    with torch.no_grad():
+        expected = per_row(model, ids, mask, completion, completion_mask) * completion_mask
+        got = packed_prefix_logps(model, ids, mask, completion, completion_mask, chunk_rows=3)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
 def test_unsupported_models_are_refused_with_a_reason():
     assert supports_packed_prefix(tiny_llama()) == (True, "")
     unpatched = LlamaForCausalLM(tiny_llama().config)

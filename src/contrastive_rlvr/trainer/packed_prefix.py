@@ -4,12 +4,21 @@ Under BiCC every row of one partition of a group has the same conditioned
 prompt ``[q ; O_opposite]`` (and under plain GRPO every row of a group has the
 same prompt ``q``). This module packs each distinct prompt once, followed by
 the completions of all the rows that share it, into one sequence, and runs one
-ordinary forward through the model with a 4-D attention mask that lets every
-completion see the shared prompt and itself only (causal within itself). Each
-token keeps the position it has in its own row's sequence, so the log-probs
-equal those of one forward per row (the tests check values and gradients to
-1e-5 in float32). This is the layout of Prefix Grouper (arXiv:2506.05433),
-written as a dense mask for PyTorch's SDPA rather than as split attention.
+ordinary forward through the model in which every completion sees the shared
+prompt and itself only (causal within itself). Each token keeps the position
+it has in its own row's sequence, so the log-probs equal those of one forward
+per row (the tests check values and gradients to 1e-5 in float32). This is the
+layout of Prefix Grouper (arXiv:2506.05433). Two forms of its attention:
+
+- split attention (:data:`SPLIT_ATTENTION`, switched on by
+  :func:`enable_split_attention` for an SDPA model): the prompts' shared parts
+  attend to themselves (one causal SDPA call), then each row's segment attends
+  to [its prompt ; itself] (one masked SDPA call). Its cost is what the rows
+  need; measured fastest (docs/performance.md).
+- a dense 4-D mask over each packed row, for any ``sdpa`` or ``eager`` model
+  without the switch: the mask is passed as the model's ``attention_mask``
+  (transformers uses a 4-D mask as given). Its attention costs the square of
+  the packed length.
 
 Because it is one forward per backward through the model's own ``forward``, it
 works wherever the per-row forward does: under gradient checkpointing, DDP,
@@ -196,10 +205,15 @@ def enable_split_attention(model: torch.nn.Module) -> bool:
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model under DDP / accelerate / DeepSpeed wrappers (they expose ``.module``)."""
-    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
-        model = model.module
-    return model
+    """The transformers model under DDP / accelerate / DeepSpeed wrappers (``.module``) and
+    a PEFT wrapper (``get_base_model()``; TRL patches the head before PEFT wraps it)."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+            model = model.module
+        elif hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+            model = model.get_base_model()
+        else:
+            return model
 
 
 def supports_packed_prefix(model: torch.nn.Module) -> tuple[bool, str]:
@@ -366,8 +380,14 @@ def packed_prefix_logps(
     completion_mask: torch.Tensor,
     *,
     layout: PackedLayout | None = None,
+    chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs (B, C) of each completion after its prompt, in one forward.
+
+    ``chunk_rows``: for no-grad calls on a whole generation batch, pack and run at most
+    this many rows at a time (lay rows out group by group so that a group's rows share a
+    chunk; a prompt split over two chunks is encoded in each). Leave it None under
+    gradient: one forward per backward is what DDP, ZeRO and checkpointing need.
 
     ``model`` is a causal LM (possibly wrapped by DDP / DeepSpeed / FSDP) patched with TRL's
     fused LM head (``add_fused_lm_head``: temperature applied there). Prompts are
@@ -382,6 +402,13 @@ def packed_prefix_logps(
     ok, reason = supports_packed_prefix(model)
     if not ok:
         raise PackedPrefixUnsupported(reason)
+    if chunk_rows is not None and chunk_rows < prompt_ids.size(0):
+        tensors = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+        parts = [
+            packed_prefix_logps(model, *(t[i : i + chunk_rows] for t in tensors))
+            for i in range(0, prompt_ids.size(0), chunk_rows)
+        ]
+        return torch.cat(parts, dim=0)
     if layout is None:
         layout = build_packed_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
     inputs = {}
