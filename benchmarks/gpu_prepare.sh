@@ -11,14 +11,15 @@
 #   loss_overhead.py, gpu_check.sh.
 # Run here (it needs PyPI), then copy the folder to the GPU machine and run gpu_check.sh there.
 #
-#   benchmarks/gpu_prepare.sh                  # Python 3.10, 3.11 and 3.12 wheels
+#   benchmarks/gpu_prepare.sh                  # Python 3.11, 3.12 and 3.13 wheels (transformers
+#                                              # 5.24 needs Python >= 3.11)
 #   PY_VERSIONS="3.11" benchmarks/gpu_prepare.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 bundle="$here/gpu_bundle"
 python="${PYTHON:-python3}"
-py_versions="${PY_VERSIONS:-3.10 3.11 3.12}"
+py_versions="${PY_VERSIONS:-3.11 3.12 3.13}"
 limit_mib=64
 
 rm -rf "$bundle"
