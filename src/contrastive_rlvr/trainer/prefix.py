@@ -10,6 +10,12 @@ Pass 1 runs the distinct prompts, less their last token, with gradient and a
 cache; the cache is gathered to one entry per row; pass 2 runs each row's last
 prompt token and its completion on top of it. Gradients reach the shared
 prompt encoding through the gather.
+
+It is two forwards per backward and needs the key/value cache, so it cannot run
+under gradient checkpointing (transformers drops the cache there) nor under
+DDP / ZeRO / FSDP, whose wrappers expect one forward per backward; the packed
+form (:mod:`.packed_prefix`) has neither limit. Kept as the benchmark's
+``bicc_cache`` arm and for single-process runs without checkpointing.
 """
 
 from __future__ import annotations
