@@ -40,8 +40,14 @@ def run_mode(
     env = dict(os.environ)
     env.update(
         {
+            # .trl-suite/site: the optional test extras of requirements.txt (peft, jmespath).
             "PYTHONPATH": os.pathsep.join(
-                [str(REPO_ROOT / "src"), str(HERE.parent), env.get("PYTHONPATH", "")]
+                [
+                    str(REPO_ROOT / "src"),
+                    str(HERE.parent),
+                    str(suite / "site"),
+                    env.get("PYTHONPATH", ""),
+                ]
             ).rstrip(os.pathsep),
             "TRL_PARITY_MODE": mode,
             "TRL_PARITY_RESULTS": str(out / f"{mode}.json"),

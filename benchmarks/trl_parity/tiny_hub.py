@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when a builder changes: it is part of the snapshot hash, so stale caches rebuild.
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"
 ORG = "trl-internal-testing"
 
 
@@ -46,6 +46,11 @@ class Family:
     extra_eos: tuple[str, ...] = ()  # further generation-config eos tokens
     extra_tokens: tuple[str, ...] = ()
     own_template: str | None = None
+    # Real vocabulary size and the real ids of its special tokens, for families whose
+    # tests hard-code token ids (Qwen's 151643/151645) or rely on a realistic chance of
+    # sampling EOS (about 1 / vocabulary size per token); None: 256 bytes + specials.
+    vocab_size: int | None = None
+    fixed_ids: tuple[tuple[str, int], ...] = ()
 
 
 # A minimal [INST] template for Mistral-0.2 (TRL ships none for it).
@@ -56,12 +61,46 @@ _MISTRAL_TEMPLATE = (
     "{% endif %}{% endfor %}"
 )
 
+# Qwen2.5's added tokens from id 151643 on, in order; Qwen3 appends four more.
+_QWEN2_5_SPECIALS = (
+    "<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|> <|object_ref_end|> "
+    "<|box_start|> <|box_end|> <|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|> "
+    "<|vision_pad|> <|image_pad|> <|video_pad|> <tool_call> </tool_call> <|fim_prefix|> "
+    "<|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|>"
+).split()
+_QWEN3_SPECIALS = (*_QWEN2_5_SPECIALS, "<tool_response>", "</tool_response>", "<think>", "</think>")
+# Llama 3's 256 special ids from 128000 on: the named ones, the rest reserved.
+_LLAMA3_NAMED = {
+    128000: "<|begin_of_text|>",
+    128001: "<|end_of_text|>",
+    128004: "<|finetune_right_pad_id|>",
+    128006: "<|start_header_id|>",
+    128007: "<|end_header_id|>",
+    128008: "<|eom_id|>",
+    128009: "<|eot_id|>",
+    128010: "<|python_tag|>",
+}
+_LLAMA3_SPECIALS = tuple(
+    (_LLAMA3_NAMED.get(i, f"<|reserved_special_token_{i - 128000}|>"), i)
+    for i in range(128000, 128256)
+)
+
 FAMILIES: dict[str, Family] = {
     "qwen2_5": Family(
-        "qwen2_5.jinja", eos="<|im_end|>", pad="<|endoftext|>", extra_eos=("<|endoftext|>",)
+        "qwen2_5.jinja",
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        extra_eos=("<|endoftext|>",),
+        vocab_size=151643 + len(_QWEN2_5_SPECIALS),
+        fixed_ids=tuple((t, 151643 + i) for i, t in enumerate(_QWEN2_5_SPECIALS)),
     ),
     "qwen3": Family(
-        "qwen3.jinja", eos="<|im_end|>", pad="<|endoftext|>", extra_eos=("<|endoftext|>",)
+        "qwen3.jinja",
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        extra_eos=("<|endoftext|>",),
+        vocab_size=151643 + len(_QWEN3_SPECIALS),
+        fixed_ids=tuple((t, 151643 + i) for i, t in enumerate(_QWEN3_SPECIALS)),
     ),
     "llama3_2": Family(
         "llama3_2.jinja",
@@ -70,6 +109,8 @@ FAMILIES: dict[str, Family] = {
         bos="<|begin_of_text|>",
         extra_eos=("<|end_of_text|>", "<|eom_id|>"),
         extra_tokens=("<|end_of_text|>", "<|eom_id|>"),
+        vocab_size=128256,
+        fixed_ids=_LLAMA3_SPECIALS,
     ),
     "mistral": Family(
         None, eos="</s>", pad=None, bos="<s>", unk="<unk>", own_template=_MISTRAL_TEMPLATE
@@ -97,6 +138,14 @@ FAMILIES: dict[str, Family] = {
         extra_eos=("<|call|>",),
         extra_tokens=("<|endoftext|>",),
     ),
+    "gemma3": Family(
+        "gemma3.jinja",
+        eos="<eos>",
+        pad="<pad>",
+        bos="<bos>",
+        extra_eos=("<end_of_turn>",),
+        extra_tokens=("<end_of_turn>", "<start_of_image>", "<image_soft_token>", "<end_of_image>"),
+    ),
     "nemotron_h": Family(
         "nemotron_3_nano.jinja", eos="<|im_end|>", pad="<unk>", bos="<s>", unk="<unk>"
     ),
@@ -115,9 +164,28 @@ def _template_text(family: Family) -> str:
     return (Path(trl.__file__).parent / "chat_templates" / family.template).read_text()
 
 
+def _byte_alphabet() -> list[str]:
+    """The 256 byte-level characters in GPT-2's order (printable bytes first, then the
+    rest shifted past 255), so byte ``b``'s token id is the one GPT-2, Qwen and Llama 3 use.
+    """
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars, shift = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + shift)
+            shift += 1
+    order = printable + [b for b in range(256) if b not in printable]
+    return [chars[b] for b in order]
+
+
 def build_tokenizer(family: Family) -> Any:
     """A byte-level BPE tokenizer (256 byte tokens, no merges) plus the family's specials.
 
+    With ``family.vocab_size`` the vocabulary has that size: the specials sit at their
+    real ids and the ids no byte or special uses hold filler tokens (``t<id>``, decoding
+    to that text), which the model can sample but the encoder never produces.
     Tokens of the form ``<|...|>`` and the family's bos/eos/pad/unk are special (dropped
     by ``skip_special_tokens``); ``<tag>`` tokens such as ``<think>`` or ``<tool_call>`` are
     added as ordinary tokens, as the real Qwen tokenizers do, so they survive decoding.
@@ -125,25 +193,30 @@ def build_tokenizer(family: Family) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    template = _template_text(family)
+    found = [t for t in dict.fromkeys(_SPECIAL_RE.findall(template)) if t not in _HTML_LIKE]
+    if family.fixed_ids:  # a real vocabulary: its added tokens are exactly the fixed ones
+        found = []
+    named = [t for t in (family.bos, family.eos, family.pad, family.unk) if t]
+    fixed = dict(family.fixed_ids)
+    candidates = list(dict.fromkeys(named + found + list(family.extra_tokens) + list(fixed)))
+    special = [
+        t
+        for t in candidates
+        if t in named or t.startswith(("<|", "[")) or t.isupper() or t.startswith("<unk")
+    ]
+    plain = [t for t in candidates if t not in special]
+    vocab = {ch: i for i, ch in enumerate(_byte_alphabet())}
+    for token, idx in fixed.items():
+        vocab[token] = idx
+    if family.vocab_size is not None:
+        taken = set(vocab.values())
+        for idx in range(family.vocab_size):
+            if idx not in taken:
+                vocab[f"t{idx}"] = idx
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
-    template = _template_text(family)
-    found = [t for t in dict.fromkeys(_SPECIAL_RE.findall(template)) if t not in _HTML_LIKE]
-    named = [t for t in (family.bos, family.eos, family.pad, family.unk) if t]
-    special = list(
-        dict.fromkeys(
-            named
-            + [
-                t
-                for t in found + list(family.extra_tokens)
-                if t.startswith(("<|", "[")) or t.isupper()
-            ]
-        )
-    )
-    plain = [t for t in dict.fromkeys(found + list(family.extra_tokens)) if t not in special]
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=family.bos,
@@ -155,6 +228,11 @@ def build_tokenizer(family: Family) -> Any:
     tok.add_tokens(plain)
     tok.chat_template = template
     tok.model_max_length = 32768
+    for token, idx in fixed.items():
+        if tok.convert_tokens_to_ids(token) != idx:
+            raise RuntimeError(f"stand-in tokenizer put {token} at a wrong id")
+    if family.vocab_size is not None and len(tok) != family.vocab_size:
+        raise RuntimeError(f"stand-in tokenizer has {len(tok)} ids, not {family.vocab_size}")
     return tok
 
 
@@ -238,6 +316,25 @@ MODELS: dict[str, TinyModel] = {
             "head_dim": 8,
         },
     ),
+    # Vision-language: Gemma3's processor needs no torchvision (the Qwen-VL ones do, and
+    # torchvision is not installed here), so it is the one VLM stand-in.
+    f"{ORG}/tiny-Gemma3ForConditionalGeneration": TinyModel(
+        "gemma3",
+        "Gemma3Config",
+        "Gemma3ForConditionalGeneration",
+        {
+            "text_config": {**_SMALL, "hidden_size": 16, "head_dim": 8},
+            "vision_config": {
+                "hidden_size": 16,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "intermediate_size": 32,
+                "image_size": 28,
+                "patch_size": 14,
+            },
+            "mm_tokens_per_image": 4,
+        },
+    ),
     f"{ORG}/tiny-NemotronHForCausalLM-nano": TinyModel(
         "nemotron_h",
         "NemotronHConfig",
@@ -288,26 +385,60 @@ def build_model(model_id: str, out_dir: Path) -> None:
         name: tok.convert_tokens_to_ids(t) if t else None
         for name, t in (("bos", family.bos), ("eos", family.eos), ("pad", family.pad))
     }
-    config = getattr(transformers, spec.config_cls)(
-        vocab_size=len(tok),
-        bos_token_id=ids["bos"],
-        eos_token_id=ids["eos"],
-        pad_token_id=ids["pad"] if ids["pad"] is not None else ids["eos"],
-        tie_word_embeddings=False,
-        **spec.kwargs,
-    )
+    special = {
+        "bos_token_id": ids["bos"],
+        "eos_token_id": ids["eos"],
+        "pad_token_id": ids["pad"] if ids["pad"] is not None else ids["eos"],
+    }
+    kwargs = dict(spec.kwargs)
+    if spec.family == "gemma3":
+        kwargs["text_config"] = {**kwargs["text_config"], "vocab_size": len(tok), **special}
+        kwargs.update(
+            boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
+            eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"),
+            image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
+        )
+        config = getattr(transformers, spec.config_cls)(**kwargs)
+    else:
+        config = getattr(transformers, spec.config_cls)(
+            vocab_size=len(tok), tie_word_embeddings=False, **special, **kwargs
+        )
     torch.manual_seed(int(_snapshot_hash(model_id)[:8], 16))
     model = getattr(transformers, spec.model_cls)(config).to(torch.bfloat16)
     eos = [ids["eos"], *(tok.convert_tokens_to_ids(t) for t in family.extra_eos)]
     gen = transformers.GenerationConfig(
         bos_token_id=ids["bos"],
         eos_token_id=eos if len(eos) > 1 else eos[0],
-        pad_token_id=config.pad_token_id,
+        pad_token_id=special["pad_token_id"],
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    if "CausalLM" in spec.model_cls:
+    if spec.family == "gemma3":
+        # Gemma3's processor reads the image tokens from the tokenizer's named extras, which
+        # the tokenizer takes from its saved config only.
+        tok.save_pretrained(out_dir)
+        tok_config = out_dir / "tokenizer_config.json"
+        saved = json.loads(tok_config.read_text())
+        saved["extra_special_tokens"] = {
+            "boi_token": "<start_of_image>",
+            "image_token": "<image_soft_token>",
+            "eoi_token": "<end_of_image>",
+        }
+        tok_config.write_text(json.dumps(saved, indent=2))
+        tok = transformers.AutoTokenizer.from_pretrained(out_dir)
+        side = kwargs["vision_config"]["image_size"]
+        processor = transformers.Gemma3Processor(
+            image_processor=transformers.Gemma3ImageProcessorPil(
+                size={"height": side, "width": side}
+            ),
+            tokenizer=tok,
+            chat_template=tok.chat_template,
+            image_seq_length=kwargs["mm_tokens_per_image"],
+        )
+        processor.save_pretrained(out_dir)
+    else:
+        tok.save_pretrained(out_dir)
+    if "SequenceClassification" not in spec.model_cls:
         gen.save_pretrained(out_dir)
 
 
@@ -340,17 +471,18 @@ def ensure_hub_cache(
 
 
 # --------------------------------------------------------------------------- datasets
-# The Zen of Python, split into a prompt (the opening words) and its completion.
+# The Zen of Python, split into a prompt (the opening words) and its completion; the first
+# twelve prompts are the ones TRL's tests name (test_prepare_input_called_with_correct_data).
 _ZEN = [
     ("Beautiful is better than", " ugly."),
     ("Explicit is", " better than implicit."),
     ("Simple is better", " than complex."),
-    ("Complex is better than", " complicated."),
-    ("Flat is better", " than nested."),
+    ("Complex", " is better than complicated."),
+    ("Flat is better than", " nested."),
     ("Sparse is better", " than dense."),
     ("Readability", " counts."),
-    ("Special cases aren't special enough", " to break the rules."),
-    ("Although practicality", " beats purity."),
+    ("Special cases aren't special", " enough to break the rules."),
+    ("Although practicality beats", " purity."),
     ("Errors should never", " pass silently."),
     ("Unless explicitly", " silenced."),
     ("In the face of ambiguity, refuse", " the temptation to guess."),
