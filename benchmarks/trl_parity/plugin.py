@@ -242,6 +242,9 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 # --------------------------------------------------------------------------- results
+_STARTED = time.monotonic()
+
+
 def _first_line(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple):  # skip: (file, line, reason)
@@ -279,6 +282,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     payload = {
         "mode": MODE,
+        "wall_s": round(time.monotonic() - _STARTED, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "exitstatus": int(exitstatus),
         "tests": _RESULTS,

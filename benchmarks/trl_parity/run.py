@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 
-from trl_parity import extract  # noqa: E402
+from trl_parity import extract, tiny_hub  # noqa: E402
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 TEST_FILE = "tests/test_grpo_trainer.py"
@@ -85,6 +86,12 @@ def run_mode(
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
     return subprocess.Popen(cmd, cwd=suite, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wall_from_log(log: Path) -> float:
+    """pytest's own "in 123.45s" from its summary line (results written without wall_s)."""
+    found = re.findall(r" in ([0-9.]+)s", log.read_text()) if log.exists() else []
+    return float(found[-1]) if found else float("nan")
 
 
 def counts(results: dict) -> dict[str, int]:
@@ -189,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", action="store_true", help="run both modes at once")
     parser.add_argument("--timeout", type=int, default=600, help="per-test limit, seconds")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument(
+        "--compare-only",
+        action="store_true",
+        help="run nothing: rebuild the report from stock.json and rlvr.json already in --out",
+    )
     args = parser.parse_args(argv)
 
     suite = args.suite.resolve()
@@ -203,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     walls: dict[str, float] = {}
     runs: dict[str, dict] = {}
+    if args.compare_only:
+        for m in modes:
+            runs[m] = json.loads((out / f"{m}.json").read_text())
+            walls[m] = runs[m].get("wall_s") or _wall_from_log(out / f"{m}.log")
+        modes = []
+    else:
+        # Build the stand-in models once, before any pytest process starts.
+        tiny_hub.ensure_hub_cache(suite / "hub", log=lambda m: print(m, file=sys.stderr))
     batches = [modes] if args.parallel else [[m] for m in modes]
     for batch in batches:
         started = {

@@ -451,7 +451,17 @@ def ensure_hub_cache(
     cache layout ``huggingface_hub`` resolves offline. A model is rebuilt only when its
     builder's hash changes.
     """
+    import fcntl
+
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # Two runs (the two modes with --parallel) may start at once: build under a lock.
+    with open(cache_dir / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ensure_locked(cache_dir, model_ids, log)
+    return cache_dir
+
+
+def _ensure_locked(cache_dir: Path, model_ids: list[str] | None, log: Callable[[str], None]):
     for model_id in model_ids or list(MODELS):
         repo = cache_dir / ("models--" + model_id.replace("/", "--"))
         digest = _snapshot_hash(model_id)
@@ -467,7 +477,6 @@ def ensure_hub_cache(
         tmp.rename(snap)
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(digest)
-    return cache_dir
 
 
 # --------------------------------------------------------------------------- datasets
