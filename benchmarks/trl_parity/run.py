@@ -197,12 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=600, help="per-test limit, seconds")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument(
+        "--real-vocab",
+        action="store_true",
+        help="Qwen/Llama stand-ins with the real 151k/128k vocabularies (slow on CPU)",
+    )
+    parser.add_argument(
         "--compare-only",
         action="store_true",
         help="run nothing: rebuild the report from stock.json and rlvr.json already in --out",
     )
     args = parser.parse_args(argv)
 
+    if args.real_vocab:
+        os.environ["TRL_PARITY_REAL_VOCAB"] = "1"  # read by tiny_hub, here and in pytest
+        tiny_hub.REAL_VOCAB = True
     suite = args.suite.resolve()
     if args.re_extract or args.rev or not (suite / TEST_FILE).exists():
         extract.extract(args.git_dir, suite, args.rev)
