@@ -94,6 +94,12 @@ def _wall_from_log(log: Path) -> float:
     return float(found[-1]) if found else float("nan")
 
 
+def _kind(message: str) -> str:
+    """A failure's kind (its exception type, or ``assert``), to compare the two modes."""
+    found = re.match(r"[\w.]+", message.strip())
+    return found.group(0) if found else ""
+
+
 def counts(results: dict) -> dict[str, int]:
     c = Counter(v["outcome"] for v in results["tests"].values())
     return {k: c.get(k, 0) for k in OUTCOMES} | {"total": sum(c.values())}
@@ -162,6 +168,24 @@ def report(
             lines.append(
                 f"- `{d['test']}`: stock {d['stock']}, rlvr {d['rlvr']}: {msg.strip()[:300]}"
             )
+        # Failing in both modes, but not for the same reason: a difference the counts hide.
+        both = [
+            (k.split("::", 1)[-1], runs["stock"]["tests"][k], runs["rlvr"]["tests"][k])
+            for k in sorted(set(runs["stock"]["tests"]) & set(runs["rlvr"]["tests"]))
+            if runs["stock"]["tests"][k]["outcome"] in ("failed", "error")
+            and runs["rlvr"]["tests"][k]["outcome"] in ("failed", "error")
+            and _kind(runs["stock"]["tests"][k]["message"])
+            != _kind(runs["rlvr"]["tests"][k]["message"])
+        ]
+        summary["failing_both_differently"] = [
+            {"test": t, "stock_message": a["message"], "rlvr_message": b["message"]}
+            for t, a, b in both
+        ]
+        lines += ["", f"## Failing in both modes, with different errors ({len(both)})", ""]
+        lines += [
+            f"- `{t}`: stock: {a['message'].strip()[:160]}; rlvr: {b['message'].strip()[:200]}"
+            for t, a, b in both
+        ] or ["none"]
     first = next(iter(runs.values()))
     reasons = skip_reasons(first)
     if reasons:
@@ -250,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 2
             runs[m] = json.loads(path.read_text())
+            walls[m] = runs[m].get("wall_s") or walls[m]  # the run's own, not the wait's
             print(f"trl-parity: {m} done in {walls[m]:.0f} s: {counts(runs[m])}", file=sys.stderr)
     text, summary = report(source, runs, walls, args.keyword, command.strip())
     (out / "report.md").write_text(text)

@@ -339,6 +339,9 @@ MODELS: dict[str, TinyModel] = {
                 "intermediate_size": 32,
                 "image_size": 28,
                 "patch_size": 14,
+                # Gemma3 reads the tower's patch features, never SigLIP's pooling head: a
+                # head would hold parameters no loss reaches (the real checkpoints have none).
+                "vision_use_head": False,
             },
             "mm_tokens_per_image": 4,
         },
