@@ -15,11 +15,14 @@ from .advantages import (
 )
 from .aggregation import AGG_MODES, agg_loss
 from .bicc import (
+    BICC_PLACEMENTS,
     BICC_RATIO_MODES,
     BiCCPrompts,
     BiCCTemplate,
     EncodedTemplate,
     build_bicc_prompts,
+    chat_conditioned_prompt,
+    context_budget,
     partition_by_reward,
 )
 from .conspo import conspo_loss, conspo_margin
@@ -79,6 +82,7 @@ from .verigate import (
 
 __all__ = [
     "AGG_MODES",
+    "BICC_PLACEMENTS",
     "BICC_RATIO_MODES",
     "FACTOR_NORMS",
     "OC_MAX_WEIGHT",
@@ -101,6 +105,8 @@ __all__ = [
     "all_fail_groups",
     "avg_at_n",
     "build_bicc_prompts",
+    "chat_conditioned_prompt",
+    "context_budget",
     "check_seed_method_compat",
     "collapse_rate",
     "completion_keys",
