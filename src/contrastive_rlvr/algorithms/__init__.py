@@ -6,6 +6,8 @@ completion tokens.
 """
 
 from .advantages import (
+    DEFAULT_RCC_BOUND,
+    RCC_BOUNDS,
     collapse_rate,
     group_advantages,
     group_covariance,
@@ -50,8 +52,11 @@ from .ocgrpo import (
 from .passk import avg_at_n, pass_at_k
 from .reco import (
     FACTOR_NORMS,
+    FACTORS,
+    RESPONSE_WEIGHTS,
     completion_keys,
     distinct_share,
+    entropy_factor,
     expected_occurrence_weights,
     occurrence_weights,
     reco_loss,
@@ -84,13 +89,17 @@ __all__ = [
     "AGG_MODES",
     "BICC_PLACEMENTS",
     "BICC_RATIO_MODES",
+    "DEFAULT_RCC_BOUND",
+    "FACTORS",
     "FACTOR_NORMS",
     "OC_MAX_WEIGHT",
     "OC_MIX_MODES",
     "OC_WEIGHT_LEVELS",
     "POLICY_LOSSES",
     "PROCESS_NORMS",
+    "RCC_BOUNDS",
     "RECIPES",
+    "RESPONSE_WEIGHTS",
     "SEED_METHOD_CONFLICTS",
     "SEED_METHOD_RECIPES",
     "STEP_RULES",
@@ -113,6 +122,7 @@ __all__ = [
     "conspo_loss",
     "conspo_margin",
     "distinct_share",
+    "entropy_factor",
     "equations_right",
     "expected_occurrence_weights",
     "future_cumulated",

@@ -83,7 +83,15 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             )
         )
     if recipe.objective == "policy" or rcc_reference:
-        stages.append(Advantages(recipe, rcc=rcc_reference, rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps))
+        stages.append(
+            Advantages(
+                recipe,
+                rcc=rcc_reference,
+                rcc_coef=cfg.rcc_coef,
+                rcc_bound=cfg.rcc_bound,
+                eps=cfg.adv_eps,
+            )
+        )
     if cfg.verigate:
         stages.append(
             ProcessAdvantages(
@@ -102,7 +110,11 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     if cfg.bicc:
         stages.append(_conditioned_prompts(cfg, facts))
     stages.append(
-        BatchDiagnostics(threshold=cfg.reward_threshold, rcc_coef=cfg.rcc_coef if cfg.rcc else None)
+        BatchDiagnostics(
+            threshold=cfg.reward_threshold,
+            rcc_coef=cfg.rcc_coef if cfg.rcc else None,
+            rcc_bound=cfg.rcc_bound,
+        )
     )
     return {"train": Pipeline(resample + stages), "eval": Pipeline(stages)}
 
