@@ -159,3 +159,25 @@ def test_compare_default_matrix_validates(tmp_path):
     spec = make_spec(None, output_dir=tmp_path / "cmp")
     runs = plan_runs(spec)
     assert len(runs) == len(spec.recipes) * len(spec.arms) * len(spec.seeds) == 72
+
+
+def test_verigate_process_norm_defaults_to_steps_and_reaches_the_stage(tmp_path):
+    from stage_utils import CharTokenizer
+
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    cfg = config(verigate=True, num_generations=4, log_delta=False, max_completion_length=8)
+    assert cfg.verigate_process_norm == "steps"
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    stage = build_stages(cfg, facts)["train"].stages[2]
+    assert stage.name == "process_advantages" and stage.process_norm == "steps"
+    with pytest.raises(ValueError, match="verigate_process_norm='mean' is invalid"):
+        config(verigate_process_norm="mean")
+
+
+def test_help_keeps_a_literal_percent_and_states_when_rcc_raises_variance():
+    from contrastive_rlvr.trainer.parse import config_help
+
+    text = " ".join(config_help().split())
+    assert "embedded model +5% to +13%); see docs/rcc.md" in text
+    assert "--rcc_bound {none,reward_range}" in text

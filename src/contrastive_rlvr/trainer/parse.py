@@ -63,6 +63,15 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     return config
 
 
+def _argparse_metadata(metadata: typing.Mapping) -> dict:
+    """A field's metadata with ``%`` in its help escaped: argparse formats help texts with
+    ``%`` (``%(default)s``), so a literal "+5%" would break ``train --help``."""
+    out = dict(metadata)
+    if isinstance(out.get("help"), str):
+        out["help"] = out["help"].replace("%", "%%")
+    return out
+
+
 def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> type:
     """A dataclass of some of RLVRConfig's fields, which ``HfArgumentParser`` lists under
     ``title`` (its ``_argument_group_name``)."""
@@ -74,7 +83,7 @@ def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> t
                 default=f.default,
                 default_factory=f.default_factory,
                 init=f.init,
-                metadata=f.metadata,
+                metadata=_argparse_metadata(f.metadata),
             ),
         )
         for f in fields

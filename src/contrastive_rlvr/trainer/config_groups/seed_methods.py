@@ -50,11 +50,12 @@ class SeedMethodOptions:
             "of a callable (prompt, steps) -> one score per step."
         },
     )
-    verigate_process_norm: Literal["cumulated", "steps"] = field(
-        default="cumulated",
+    verigate_process_norm: Literal["steps", "cumulated"] = field(
+        default="steps",
         metadata={
-            "help": "'cumulated': normalise the future-cumulated step scores over the group; "
-            "'steps': normalise the step scores, then cumulate."
+            "help": "'steps' (default): normalise the step scores over the group, then give each "
+            "step the sum of its own and later steps' normalised scores (DeepSeekMath; an "
+            "all-right group gets 0); 'cumulated': cumulate, then normalise."
         },
     )
     reco: bool = field(
