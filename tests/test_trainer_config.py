@@ -181,3 +181,23 @@ def test_help_keeps_a_literal_percent_and_states_when_rcc_raises_variance():
     text = " ".join(config_help().split())
     assert "embedded model +5% to +13%); see docs/rcc.md" in text
     assert "--rcc_bound {none,reward_range}" in text
+
+
+def test_reco_weights_and_factor_fields(tmp_path):
+    from stage_utils import CharTokenizer
+
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    assert config().reco_weights == "count" and config().reco_factor == "variance"
+    cfg = config(reco=True, reco_weights="expected", num_generations=4, log_delta=False,
+                 max_completion_length=8)  # fmt: skip
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    stage = build_stages(cfg, facts)["train"].stages[2]
+    assert stage.name == "occurrence_weights" and stage.weights == "expected"
+    with pytest.raises(ValueError, match="reco_weights='often' is invalid"):
+        config(reco_weights="often")
+    with pytest.raises(ValueError, match="reco_identity='answer' is invalid: reco_weights="):
+        config(reco=True, reco_weights="expected", reco_identity="answer")
+    # Not wired into the loss yet: refused by name rather than ignored.
+    with pytest.raises(ValueError, match="reco_factor='entropy' is invalid: .*not wired"):
+        config(reco=True, reco_factor="entropy")

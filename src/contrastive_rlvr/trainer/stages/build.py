@@ -105,7 +105,11 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
         )
     if cfg.reco:
         stages.append(
-            OccurrenceWeights(identity=cfg.reco_identity, factor_norm=cfg.reco_factor_norm)
+            OccurrenceWeights(
+                identity=cfg.reco_identity,
+                factor_norm=cfg.reco_factor_norm,
+                weights=cfg.reco_weights,
+            )
         )
     if cfg.bicc:
         stages.append(_conditioned_prompts(cfg, facts))
