@@ -201,3 +201,28 @@ def test_reco_weights_and_factor_fields(tmp_path):
     # Not wired into the loss yet: refused by name rather than ignored.
     with pytest.raises(ValueError, match="reco_factor='entropy' is invalid: .*not wired"):
         config(reco=True, reco_factor="entropy")
+
+
+def test_the_base_configuration_follows_the_model_and_is_recorded(tmp_path):
+    # No --config: the embedded model (or no --model) starts from embedded.yaml, any other
+    # model from paper.yaml (lr 1e-6, BiCC off); an explicit --config wins.
+    embedded = parse_config(None, [])
+    assert embedded.base_config == str(default_config_path()) and embedded.bicc
+    other = parse_config(None, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    assert other.base_config.endswith("paper.yaml")
+    assert other.learning_rate == 1e-6 and not other.bicc and not other.rcc
+    own = tmp_path / "own.yaml"
+    own.write_text("learning_rate: 0.5\n")
+    chosen = parse_config(own, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    assert chosen.base_config == str(own) and chosen.learning_rate == 0.5
+    for flag in (["--base_config", "x.yaml"], ["--base-config=x.yaml"]):
+        with pytest.raises(ValueError, match="base_config is set by the parser"):
+            parse_config(None, flag)
+
+
+def test_bicc_placement_values():
+    assert config().bicc_placement == "auto"
+    for placement in ("auto", "user_turn", "after_prompt", "before_prompt"):
+        assert config(bicc_placement=placement).bicc_placement == placement
+    with pytest.raises(ValueError, match="bicc_placement='system' is invalid: choose one of auto"):
+        config(bicc_placement="system")
