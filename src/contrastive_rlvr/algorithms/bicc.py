@@ -15,9 +15,23 @@ log-probs chooses the ratio mode (:data:`BICC_RATIO_MODES`):
   the old log-probs are recomputed on the conditioned prompt, so the ratio is
   1 on-policy and clipping means what it means in PPO.
 
+Where the context goes (:data:`BICC_PLACEMENTS`): for a conversational prompt
+(chat messages) ``"user_turn"`` appends the framed attempts to the last user
+message, after the question, and renders the conversation again with the
+tokenizer's chat template, so the conditioned prompt is a well-formed
+conversation that still ends in the assistant generation header (the attempts
+are the user's material, not the model's own output); ``"after_prompt"``
+appends the framing tokens after the rendered prompt (the paper's ``[q ; O]``,
+right for plain-text prompts; on a chat prompt it lands inside the assistant
+turn); ``"before_prompt"`` puts them ahead of it. ``"auto"`` is ``user_turn``
+for conversational prompts and ``after_prompt`` otherwise.
+
 Context budget (the paper's "context ratio", Table 3): we read it as a token
-budget ``floor(context_ratio * max_seq_len)`` for everything added to the
-prompt (the template framing and the opposite completions), shared among the
+budget ``floor(context_ratio * L)`` for everything added to the prompt (the
+template framing and the opposite completions), with ``L`` the run's own
+sequence length, longest prompt plus ``max_completion_length``
+(:func:`context_budget`), so the ratio is the share of the sequence given to
+the opposite attempts; the budget is shared among the
 opposite completions by water-filling: completions shorter than an equal share
 keep all their tokens and leave the rest to the longer ones, which are cut
 by the ``truncation`` rule (``"middle"`` keeps the head and the tail, so both
@@ -28,9 +42,9 @@ the last ones are left out. Rows of one-sided groups keep their plain prompt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -38,7 +52,13 @@ from .ops import Tensor, check_rows, group_view, num_groups
 
 BICC_RATIO_MODES: tuple[str, ...] = ("paper", "consistent")
 Truncation = Literal["head", "tail", "middle"]
-Placement = Literal["after_prompt", "before_prompt"]
+Placement = Literal["auto", "user_turn", "after_prompt", "before_prompt"]
+BICC_PLACEMENTS: tuple[str, ...] = ("auto", "user_turn", "after_prompt", "before_prompt")
+Messages = Sequence[Mapping[str, Any]]
+# Renders chat messages with the chat template and the assistant generation
+# header, as token ids (e.g. ``tokenizer.apply_chat_template(m,
+# add_generation_prompt=True, tokenize=True)``).
+RenderChat = Callable[[list[dict[str, Any]]], Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -192,6 +212,95 @@ def build_context(
     return out + template.footer
 
 
+def context_budget(
+    context_ratio: float,
+    *,
+    longest_prompt: int,
+    max_completion_length: int,
+    max_seq_len: int | None = None,
+    max_positions: int | None = None,
+) -> int:
+    """Tokens the opposite attempts (with their framing) may add to a prompt.
+
+    ``floor(context_ratio * L)`` with ``L = max_seq_len`` when given, else the
+    run's own sequence length ``longest_prompt + max_completion_length``; then
+    capped so that prompt + context + completion fit in ``max_positions`` (the
+    model's window) when given. Example: ratio 0.4, prompts of at most 60
+    tokens, completions of at most 200: ``floor(0.4 * 260) = 104``.
+    """
+    if not 0.0 < context_ratio < 1.0:
+        raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
+    if longest_prompt < 0 or max_completion_length < 1:
+        raise ValueError(
+            f"longest_prompt must be >= 0 and max_completion_length >= 1, got "
+            f"{longest_prompt} and {max_completion_length}"
+        )
+    if max_seq_len is not None and max_seq_len < 1:
+        raise ValueError(f"max_seq_len must be >= 1 or None, got {max_seq_len}")
+    base = max_seq_len if max_seq_len is not None else longest_prompt + max_completion_length
+    budget = int(context_ratio * base)
+    if max_positions is not None:
+        budget = min(budget, max(max_positions - longest_prompt - max_completion_length, 0))
+    return budget
+
+
+def resolve_placement(placement: str, conversational: bool) -> str:
+    """``"auto"`` becomes ``"user_turn"`` for chat prompts, ``"after_prompt"`` for text;
+    ``"user_turn"`` without chat messages raises."""
+    if placement not in BICC_PLACEMENTS:
+        raise ValueError(f"placement must be one of {BICC_PLACEMENTS}, got {placement!r}")
+    if placement == "auto":
+        return "user_turn" if conversational else "after_prompt"
+    if placement == "user_turn" and not conversational:
+        raise ValueError(
+            "placement 'user_turn' needs conversational prompts (chat messages and the chat "
+            "template); use 'after_prompt' or 'auto' for plain-text prompts"
+        )
+    return placement
+
+
+def with_context_in_user_turn(messages: Messages, context: str) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``context`` appended to the last user message.
+
+    The question stays first in that message and the attempts follow it; every
+    other message is unchanged. Raises if there is no user message with text
+    content.
+    """
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            if not isinstance(m.get("content"), str):
+                raise ValueError(
+                    "BiCC user_turn placement needs the user message's content as text, got "
+                    f"{type(m.get('content')).__name__}; use bicc_placement=after_prompt"
+                )
+            m["content"] = m["content"] + context
+            return out
+    raise ValueError(
+        f"BiCC user_turn placement: no user message in the prompt (roles "
+        f"{[m.get('role') for m in messages]}); use bicc_placement=after_prompt"
+    )
+
+
+def chat_conditioned_prompt(
+    messages: Messages,
+    context_ids: Sequence[int],
+    *,
+    decode: Callable[[list[int]], str],
+    render: RenderChat,
+) -> list[int]:
+    """Token ids of the conversation with the decoded context in the user turn.
+
+    ``context_ids``: the framed attempts from :func:`build_context` (empty:
+    the plain prompt, rendered). ``decode`` turns them into text (skip special
+    tokens, so an attempt cannot close the turn); ``render`` renders the
+    messages with the chat template and the assistant generation header.
+    """
+    if not context_ids:
+        return list(render([dict(m) for m in messages]))
+    return list(render(with_context_in_user_turn(messages, decode(list(context_ids)))))
+
+
 def build_bicc_prompts(
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[int]],
@@ -199,13 +308,17 @@ def build_bicc_prompts(
     group_size: int,
     template: EncodedTemplate,
     *,
-    max_seq_len: int,
     pad_token_id: int,
+    max_seq_len: int | None = None,
+    budget: int | None = None,
     context_ratio: float = 0.4,
     threshold: float = 0.5,
     truncation: Truncation = "middle",
     placement: Placement = "after_prompt",
     strip_token_ids: Collection[int] = (),
+    prompt_messages: Sequence[Messages] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    render: RenderChat | None = None,
 ) -> BiCCPrompts:
     """Build every row's conditioned prompt ``[q ; O_opposite]``.
 
@@ -215,14 +328,20 @@ def build_bicc_prompts(
         rewards: (B,).
         group_size: G >= 2.
         template: the framing, from :meth:`BiCCTemplate.encode`.
-        max_seq_len: the length the context budget is a share of.
         pad_token_id: id used for left padding.
+        max_seq_len: the length the context budget is a share of
+            (``floor(context_ratio * max_seq_len)``); give this or ``budget``.
+        budget: the context budget in tokens, e.g. from :func:`context_budget`.
         context_ratio: share of ``max_seq_len`` for the added context, in (0, 1).
         threshold: reward above which a completion is correct.
         truncation: how a completion longer than its share is cut.
-        placement: context after the prompt (``[q ; O]``, the paper) or before it.
+        placement: one of :data:`BICC_PLACEMENTS` (module docstring).
         strip_token_ids: ids removed from the end of each context completion
             (EOS and pad: an EOS inside a prompt would end the text).
+        prompt_messages: B chat prompts (lists of ``{"role", "content"}``) when
+            the prompts are conversational, row-aligned with ``prompt_ids``.
+        decode, render: for ``user_turn``: token ids to text, and chat
+            messages to token ids (see :func:`chat_conditioned_prompt`).
     Returns:
         :class:`BiCCPrompts`.
     """
@@ -233,11 +352,17 @@ def build_bicc_prompts(
     check_rows("rewards", rewards, n_rows)
     if not 0.0 < context_ratio < 1.0:
         raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
-    if placement not in ("after_prompt", "before_prompt"):
-        raise ValueError(f"placement must be 'after_prompt' or 'before_prompt', got {placement!r}")
     if truncation not in ("head", "tail", "middle"):
         raise ValueError(f"truncation must be 'head', 'tail' or 'middle', got {truncation!r}")
-    budget = int(context_ratio * max_seq_len)
+    if (max_seq_len is None) == (budget is None):
+        raise ValueError("give exactly one of max_seq_len and budget")
+    if budget is None:
+        budget = int(context_ratio * max_seq_len)
+    if prompt_messages is not None and len(prompt_messages) != n_rows:
+        raise ValueError(f"{n_rows} prompts but {len(prompt_messages)} prompt_messages")
+    placement = resolve_placement(placement, prompt_messages is not None)
+    if placement == "user_turn" and (decode is None or render is None):
+        raise ValueError("placement 'user_turn' needs decode and render (the chat template)")
     strip = set(strip_token_ids)
 
     def clean(ids: Sequence[int]) -> list[int]:
@@ -258,11 +383,26 @@ def build_bicc_prompts(
                 opposite = [clean(completion_ids[j]) for j in members if bool(positive[j]) != side]
                 header = template.header_correct if not side else template.header_wrong
                 contexts[side] = build_context(opposite, header, template, budget, truncation)
+        rendered: dict[bool, list[int]] = {}  # one chat rendering per partition
         for i in members:
-            context = contexts.get(bool(positive[i]), [])
+            side = bool(positive[i])
+            context = contexts.get(side, [])
             prompt = list(prompt_ids[i])
-            rows.append(prompt + context if placement == "after_prompt" else context + prompt)
-            added.append(len(context))
+            if not context:
+                row = prompt
+            elif placement == "user_turn":
+                if side not in rendered:
+                    rendered[side] = chat_conditioned_prompt(
+                        prompt_messages[i], context, decode=decode, render=render
+                    )
+                row = rendered[side]
+            elif placement == "after_prompt":
+                row = prompt + context
+            else:
+                row = context + prompt
+            rows.append(row)
+            # The chat rendering re-tokenises the decoded context: count what it added.
+            added.append(len(row) - len(prompt))
     # Identical prompts share the first row's index (plain prompts of one group too).
     first_seen: dict[tuple[int, ...], int] = {}
     prefix_index = [first_seen.setdefault(tuple(r), i) for i, r in enumerate(rows)]

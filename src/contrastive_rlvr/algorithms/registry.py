@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .advantages import DEFAULT_EPS, group_advantages, rcc_advantages, rcc_baseline
+from .advantages import (
+    DEFAULT_EPS,
+    DEFAULT_RCC_BOUND,
+    RccBound,
+    group_advantages,
+    rcc_advantages,
+    rcc_baseline,
+)
 from .losses import get_policy_loss
 from .ops import Tensor
 
@@ -74,6 +81,7 @@ def recipe_advantages(
     *,
     delta: Tensor | None = None,
     rcc_coef: float = 2.0,
+    rcc_bound: RccBound = DEFAULT_RCC_BOUND,
     eps: float = DEFAULT_EPS,
 ) -> Tensor:
     """Per-row advantages of a policy recipe, RCC-corrected when ``delta`` is given.
@@ -84,6 +92,9 @@ def recipe_advantages(
 
     Args:
         rewards: (B,). delta: (B,) log-prob shift for RCC, or None.
+        rcc_coef: c of ``b* = mean(R) + c Cov(R, delta)``.
+        rcc_bound: ``"reward_range"`` (clamp ``b*`` to the group's ``[min R, max R]``)
+            or ``"none"`` (the paper's formula), see :func:`rcc_baseline`.
     Returns:
         (B,).
     """
@@ -92,11 +103,17 @@ def recipe_advantages(
             raise ValueError(
                 f"recipe {recipe.name!r} has no advantages; it uses a reward threshold"
             )
-        return rcc_baseline(rewards, delta, group_size, coef=rcc_coef)
+        return rcc_baseline(rewards, delta, group_size, coef=rcc_coef, bound=rcc_bound)
     if delta is None:
         return group_advantages(rewards, group_size, scale_by_std=recipe.scale_by_std, eps=eps)
     return rcc_advantages(
-        rewards, delta, group_size, coef=rcc_coef, scale_by_std=recipe.scale_by_std, eps=eps
+        rewards,
+        delta,
+        group_size,
+        coef=rcc_coef,
+        bound=rcc_bound,
+        scale_by_std=recipe.scale_by_std,
+        eps=eps,
     )
 
 

@@ -147,7 +147,7 @@ class TrainingDiagnostics(TrainerCallback):
       forward and backward per row, projected on ``diagnostics_directions``
       fixed random directions (seeded with ``seed``); the variance estimate
       with the recipe's advantages without delta (plain baseline) and with
-      delta (RCC baseline, ``rcc_coef``), delta from the frozen reference as
+      delta (RCC baseline, ``rcc_coef`` and ``rcc_bound``), delta from the frozen reference as
       logged in ``trainer.last_batch_stats``. Skipped for ConSPO (no
       advantages) and when no delta is logged. Also the per-token log-probs
       on the plain prompts (no grad);
@@ -250,7 +250,13 @@ class TrainingDiagnostics(TrainerCallback):
             u = projected_gradients(scores, params, self._directions)
         plain = recipe_advantages(trainer.recipe, rewards, g, eps=cfg.adv_eps)
         rcc = recipe_advantages(
-            trainer.recipe, rewards, g, delta=delta.float(), rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps
+            trainer.recipe,
+            rewards,
+            g,
+            delta=delta.float(),
+            rcc_coef=cfg.rcc_coef,
+            rcc_bound=cfg.rcc_bound,
+            eps=cfg.adv_eps,
         )
         var_plain = group_gradient_variance(plain, u, g)
         var_rcc = group_gradient_variance(rcc, u, g)

@@ -15,18 +15,24 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
+from ..configs import base_config_for, model_in_args
 from .config import RLVRConfig
 from .config_groups import GROUPS
 
 EMBEDDED_CONFIG = "embedded.yaml"
-CONFIG_HELP = "YAML file of the fields below (default: the embedded default's)."
+CONFIG_HELP = (
+    "YAML file of the fields below (default: the shipped embedded.yaml for the embedded "
+    "model, paper.yaml for any other --model)."
+)
 FLAG_HELP = "Print this help, and exit."
 TRL_GROUP = "TRL (GRPOConfig and transformers' TrainingArguments)"
 USAGE = "contrastive-rlvr train [--config FILE] [--FIELD VALUE ...]"
 DESCRIPTION = (
     "Train a model with RLVR. With no arguments: the embedded default (tiny model, arithmetic "
     "task, SFT warm start, then GRPO + BiCC + RCC), offline. Values come from the YAML file "
-    "(--config, default: the embedded default), then from --field value overrides; every "
+    "(--config; default: the embedded default, or for any other --model the shipped "
+    "paper.yaml: the BiCC paper's optimisation, BiCC and RCC off), then from --field value "
+    "overrides; every "
     "field can be spelled with underscores or hyphens (--max_completion_length or "
     "--max-completion-length)."
 )
@@ -54,13 +60,33 @@ def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config f
 
 
 def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:
-    """YAML values (the embedded default when no file is given), then ``--field value``
-    overrides; validation happens when the dataclass is built, before any model loads."""
-    values = load_yaml(config_file or default_config_path())
+    """YAML values, then ``--field value`` overrides; validation happens when the dataclass
+    is built, before any model loads.
+
+    The YAML is ``config_file`` when given, else the shipped base configuration for the
+    ``--model`` of the overrides (:func:`~contrastive_rlvr.configs.base_config_for`:
+    ``embedded.yaml`` for the embedded model or no ``--model``, ``paper.yaml`` for any
+    other). The config's ``base_config`` records which file it was."""
+    if any(a.split("=", 1)[0] in ("--base_config", "--base-config") for a in overrides):
+        raise ValueError("base_config is set by the parser; choose the base YAML with --config")
+    base = Path(config_file) if config_file else base_config_for(model_in_args(overrides))
+    values = load_yaml(base)
     parser = HfArgumentParser(RLVRConfig)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
+    # An attribute until the model/data group declares ``base_config`` as a field; then it
+    # is that field (and config.yaml records it).
+    config.base_config = str(base)
     return config
+
+
+def _argparse_metadata(metadata: typing.Mapping) -> dict:
+    """A field's metadata with ``%`` in its help escaped: argparse formats help texts with
+    ``%`` (``%(default)s``), so a literal "+5%" would break ``train --help``."""
+    out = dict(metadata)
+    if isinstance(out.get("help"), str):
+        out["help"] = out["help"].replace("%", "%%")
+    return out
 
 
 def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> type:
@@ -74,7 +100,7 @@ def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> t
                 default=f.default,
                 default_factory=f.default_factory,
                 init=f.init,
-                metadata=f.metadata,
+                metadata=_argparse_metadata(f.metadata),
             ),
         )
         for f in fields

@@ -41,7 +41,7 @@ from ...algorithms import (
     rcc_baseline,
     sequence_delta,
 )
-from ...algorithms.advantages import DEFAULT_EPS
+from ...algorithms.advantages import DEFAULT_EPS, DEFAULT_RCC_BOUND
 from ...algorithms.ops import Tensor
 from .groups import encode_conspo_targets, grouped_apply
 
@@ -109,20 +109,24 @@ def _rcc(name: str, scale_by_std: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         ref_log_prob: Tensor | None = None,
         rcc_coef: float = 2.0,
         rcc_delta: str = "mean",
+        rcc_bound: str = DEFAULT_RCC_BOUND,
         eps: float = DEFAULT_EPS,
     ) -> tuple[Tensor, Tensor]:
         rewards = token_level_rewards.sum(dim=-1)
         delta = _rcc_delta(name, old_log_probs, ref_log_prob, response_mask, rcc_delta)
 
         def per_group_size(g: int, r: Tensor, d: Tensor) -> Tensor:
-            return rcc_advantages(r, d, g, coef=rcc_coef, scale_by_std=scale_by_std, eps=eps)
+            return rcc_advantages(
+                r, d, g, coef=rcc_coef, bound=rcc_bound, scale_by_std=scale_by_std, eps=eps
+            )
 
         return _to_tokens(grouped_apply(index, per_group_size, rewards, delta), response_mask)
 
     scaling = "(R_i - b*) / (std_g R + eps)" if scale_by_std else "R_i - b*"
     estimator.__doc__ = (
         f"RCC advantages {scaling}, ``b* = mean_g R + rcc_coef * Cov_g(R, delta)`` "
-        "(the BiCC paper's Reward-Confidence Correction)."
+        "(the BiCC paper's Reward-Confidence Correction), clamped to the group's "
+        "``[min R, max R]`` unless ``rcc_bound='none'``."
     )
     estimator.__name__ = name
     return estimator
@@ -143,6 +147,7 @@ def _conspo(name: str, with_rcc: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         ref_log_prob: Tensor | None = None,
         rcc_coef: float = 2.0,
         rcc_delta: str = "mean",
+        rcc_bound: str = DEFAULT_RCC_BOUND,
     ) -> tuple[Tensor, Tensor]:
         if progress is None:
             raise ValueError(
@@ -153,7 +158,10 @@ def _conspo(name: str, with_rcc: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         if with_rcc:
             delta = _rcc_delta(name, old_log_probs, ref_log_prob, response_mask, rcc_delta)
             baseline = grouped_apply(
-                index, lambda g, r, d: rcc_baseline(r, d, g, coef=rcc_coef), rewards, delta
+                index,
+                lambda g, r, d: rcc_baseline(r, d, g, coef=rcc_coef, bound=rcc_bound),
+                rewards,
+                delta,
             )
             positive = rewards > baseline
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from ...algorithms import BICC_RATIO_MODES, BiCCTemplate
+from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, BiCCTemplate
 from .common import check
 
 _TEMPLATE = BiCCTemplate()
@@ -45,15 +45,17 @@ class BiCCOptions:
     bicc_context_ratio: float = field(
         default=0.4,
         metadata={
-            "help": "Share of bicc_max_seq_len given to the opposite completions, in (0, 1)."
+            "help": "Share of the sequence given to the opposite completions, in (0, 1): "
+            "floor(ratio x (longest prompt + max_completion_length)) tokens, or of "
+            "bicc_max_seq_len when set."
         },
     )
     bicc_max_seq_len: int | None = field(
         default=None,
         metadata={
-            "help": "Length the context budget is a share of. None: the model's "
-            "max_position_embeddings. The budget is also capped so prompt + context + "
-            "completion fit in the model's positions."
+            "help": "Length the context budget is a share of. None: the run's own sequence "
+            "length (longest prompt of the batch + max_completion_length). The budget is "
+            "also capped so prompt + context + completion fit in the model's positions."
         },
     )
     bicc_truncation: Literal["middle", "head", "tail"] = field(
@@ -63,9 +65,14 @@ class BiCCOptions:
             "(keep head and tail), 'head' or 'tail'."
         },
     )
-    bicc_placement: Literal["after_prompt", "before_prompt"] = field(
-        default="after_prompt",
-        metadata={"help": "'after_prompt' ([q ; O], the paper) or 'before_prompt'."},
+    bicc_placement: Literal["auto", "user_turn", "after_prompt", "before_prompt"] = field(
+        default="auto",
+        metadata={
+            "help": "'user_turn' (chat prompts: the attempts at the end of the user message, "
+            "rendered with the chat template), 'after_prompt' ([q ; O] after the rendered "
+            "prompt, the paper), 'before_prompt', or 'auto' (user_turn for chat prompts, "
+            "after_prompt for text)."
+        },
     )
     bicc_header_correct: str = field(
         default=_TEMPLATE.header_correct, metadata={"help": "Text before correct completions."}
@@ -111,10 +118,10 @@ class BiCCOptions:
             "choose 'middle', 'head' or 'tail'",
         )
         check(
-            self.bicc_placement in ("after_prompt", "before_prompt"),
+            self.bicc_placement in BICC_PLACEMENTS,
             "bicc_placement",
             self.bicc_placement,
-            "choose 'after_prompt' or 'before_prompt'",
+            f"choose one of {', '.join(BICC_PLACEMENTS)}",
         )
 
     @property

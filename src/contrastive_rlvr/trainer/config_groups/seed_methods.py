@@ -8,10 +8,12 @@ from typing import ClassVar, Literal
 
 from ...algorithms import (
     FACTOR_NORMS,
+    FACTORS,
     OC_MAX_WEIGHT,
     OC_MIX_MODES,
     OC_WEIGHT_LEVELS,
     PROCESS_NORMS,
+    RESPONSE_WEIGHTS,
     STEP_RULES,
 )
 from ...algorithms.ocgrpo import DEFAULT_HINT_TEMPLATE
@@ -50,11 +52,12 @@ class SeedMethodOptions:
             "of a callable (prompt, steps) -> one score per step."
         },
     )
-    verigate_process_norm: Literal["cumulated", "steps"] = field(
-        default="cumulated",
+    verigate_process_norm: Literal["steps", "cumulated"] = field(
+        default="steps",
         metadata={
-            "help": "'cumulated': normalise the future-cumulated step scores over the group; "
-            "'steps': normalise the step scores, then cumulate."
+            "help": "'steps' (default): normalise the step scores over the group, then give each "
+            "step the sum of its own and later steps' normalised scores (DeepSeekMath; an "
+            "all-right group gets 0); 'cumulated': cumulate, then normalise."
         },
     )
     reco: bool = field(
@@ -64,18 +67,36 @@ class SeedMethodOptions:
             "token ratio (docs/seed-methods.md)."
         },
     )
+    reco_weights: Literal["count", "expected"] = field(
+        default="count",
+        metadata={
+            "help": "ReCo's response weights: 'count' (1 / the number of rows of the group with "
+            "the same response, reco_identity) or 'expected' (1 / max(1, G pi_old(o | q)), the "
+            "expected occurrence in G draws: down-weights a response the sampler would draw "
+            "more than once even when drawn once)."
+        },
+    )
     reco_identity: Literal["tokens", "answer"] = field(
         default="tokens",
         metadata={
-            "help": "Which completions count as the same response: 'tokens' (same token ids) or "
-            "'answer' (same extracted final answer; completions without one by token ids)."
+            "help": "With reco_weights='count', which completions count as the same response: "
+            "'tokens' (same token ids) or 'answer' (same extracted final answer; completions "
+            "without one by token ids)."
+        },
+    )
+    reco_factor: Literal["variance", "entropy"] = field(
+        default="variance",
+        metadata={
+            "help": "ReCo's token factor in place of the ratio: 'variance' (p(1-p) of the sampled "
+            "token) or 'entropy' (entropy of the next-token distribution; does not vanish for a "
+            "rare sampled token; not wired into the loss yet, refused)."
         },
     )
     reco_factor_norm: Literal["mean", "max"] = field(
         default="mean",
         metadata={
-            "help": "Normaliser Z of the factor p(1-p)/Z: 'mean' (the batch's mean p(1-p)) or "
-            "'max' (1/4)."
+            "help": "Normaliser Z of the factor f/Z: 'mean' (the batch's mean factor) or 'max' "
+            "(1/4 for p(1-p), log V for the entropy)."
         },
     )
     oc_grpo: bool = field(
@@ -119,7 +140,9 @@ class SeedMethodOptions:
         checks = (
             ("verigate_step_rule", STEP_RULES),
             ("verigate_process_norm", PROCESS_NORMS),
+            ("reco_weights", RESPONSE_WEIGHTS),
             ("reco_identity", ("tokens", "answer")),
+            ("reco_factor", FACTORS),
             ("reco_factor_norm", FACTOR_NORMS),
             ("oc_hint_unit", ("chars", "words")),
             ("oc_weight_level", OC_WEIGHT_LEVELS),
@@ -133,6 +156,22 @@ class SeedMethodOptions:
             "verigate_step_pattern",
             self.verigate_step_pattern,
             "set it exactly when verigate_step_rule='regex'",
+        )
+        check(
+            not (self.reco_weights == "expected" and self.reco_identity == "answer"),
+            "reco_identity",
+            self.reco_identity,
+            "reco_weights='expected' weighs each response by its own pi_old and uses no identity "
+            "key; leave reco_identity='tokens' or use reco_weights='count'",
+        )
+        # The entropy factor needs the current policy's per-token entropies in the loss
+        # forward (trainer/loss.py), which does not compute them yet.
+        check(
+            self.reco_factor != "entropy",
+            "reco_factor",
+            self.reco_factor,
+            "the entropy factor is not wired into the trainer's loss yet (it needs the loss "
+            "forward's per-token entropies); use reco_factor='variance'",
         )
         scorer = self.verigate_scorer
         check(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ...algorithms import Recipe, recipe_advantages
+from ...algorithms import DEFAULT_RCC_BOUND, Recipe, recipe_advantages
 from .base import Batch, StageContext
 
 
@@ -15,15 +15,26 @@ class Advantages:
     Args:
         recipe: the recipe (its objective, std scaling).
         rcc: use ``shared["delta"]`` for the RCC baseline (the frozen reference's delta).
-        rcc_coef: c. eps: the std floor of the normalisation.
+        rcc_coef: c. rcc_bound: ``"reward_range"`` (b* clamped to the group's
+            [min R, max R]) or ``"none"`` (the paper's formula).
+        eps: the std floor of the normalisation.
     """
 
     name = "advantages"
     reads = ("rewards", "data.completion_ids", "shared.delta?")
     writes = ("data.advantages", "data.conspo_baseline", "shared.outcome_advantages")
 
-    def __init__(self, recipe: Recipe, *, rcc: bool, rcc_coef: float, eps: float) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        *,
+        rcc: bool,
+        rcc_coef: float,
+        eps: float,
+        rcc_bound: str = DEFAULT_RCC_BOUND,
+    ) -> None:
         self.recipe, self.rcc, self.rcc_coef, self.eps = recipe, rcc, rcc_coef, eps
+        self.rcc_bound = rcc_bound
         if rcc:
             self.reads = (*self.reads[:-1], "shared.delta")
 
@@ -37,6 +48,7 @@ class Advantages:
             ctx.group_size,
             delta=delta,
             rcc_coef=self.rcc_coef,
+            rcc_bound=self.rcc_bound,
             eps=self.eps,
         )
         rows = ctx.rows(batch.data["completion_ids"].size(0))

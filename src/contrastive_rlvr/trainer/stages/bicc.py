@@ -1,17 +1,26 @@
 """BiCC's conditioned prompts (docs/bicc.md): each completion's prompt followed by its
 group's opposite-outcome completions, and the old / reference log-probs its ratio
-mode asks for."""
+mode asks for. For chat prompts (``placement`` ``"auto"`` or ``"user_turn"``) the
+attempts go at the end of the last user message and the conversation is rendered
+again with the chat template, so the model reads them as the user's material."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import logging
+from collections.abc import Callable, Collection, Sequence
 
-from ...algorithms import build_bicc_prompts
+from trl.data_utils import is_conversational
+
+from ...algorithms import build_bicc_prompts, context_budget
+from ...algorithms.bicc import resolve_placement
+from ...algorithms.ops import group_view
 from ..batching import unpad
 from .base import Batch, StageContext
 
-# Length the context budget is a share of when neither the config nor the model says.
-FALLBACK_SEQ_LEN = 4096
+logger = logging.getLogger(__name__)
+
+# Chat messages -> token ids of the rendered conversation with the generation header.
+RenderChat = Callable[[list[dict]], Sequence[int]]
 
 
 class ConditionedPrompts:
@@ -23,10 +32,17 @@ class ConditionedPrompts:
         template: the framing text, encoded (:meth:`BiCCTemplate.encode`).
         ratio_mode: ``"paper"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | q);
             ``"consistent"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]).
-        context_ratio, max_seq_len: the opposite completions' budget is
-            ``context_ratio * max_seq_len`` tokens (None: the model's positions), capped so
-            that prompt + context + completion fit in the model's positions.
-        truncation, placement: how a long completion is cut, where the context goes.
+        context_ratio, max_seq_len, max_completion_length: the opposite completions'
+            budget is ``floor(context_ratio * L)`` tokens, ``L = max_seq_len`` when set,
+            else the run's own length (the batch's longest prompt +
+            ``max_completion_length``), capped so that prompt + context + completion fit
+            in the model's positions (:func:`~contrastive_rlvr.algorithms.context_budget`).
+        truncation: how a long completion is cut.
+        placement: where the context goes (:data:`~contrastive_rlvr.algorithms.BICC_PLACEMENTS`);
+            ``"auto"``: the user turn for conversational prompts, after the prompt for text.
+        render_chat: chat messages -> token ids with the generation header, rendered as
+            the prompts were (for the user-turn placement; None: refused on chat prompts
+            that need it).
         threshold: reward above which a completion is correct.
         strip_token_ids: tokens dropped from the quoted completions (EOS, padding).
         keep_plain: ``mix < 1``: the plain-prompt share of the loss needs the plain
@@ -36,6 +52,7 @@ class ConditionedPrompts:
     """
 
     name = "conditioned_prompts"
+    reads = ("rewards", "prompts?", "data.prompt_ids", "data.completion_ids")
     writes = (
         "data.bicc_prompt_ids",
         "data.bicc_prompt_mask",
@@ -52,49 +69,57 @@ class ConditionedPrompts:
         ratio_mode: str,
         context_ratio: float,
         max_seq_len: int | None,
+        max_completion_length: int,
         truncation: str,
         placement: str,
         threshold: float,
         strip_token_ids: Collection[int],
         keep_plain: bool,
         reference_kl: bool,
+        render_chat: RenderChat | None = None,
     ) -> None:
         self.template, self.ratio_mode = template, ratio_mode
         self.context_ratio, self.max_seq_len = context_ratio, max_seq_len
+        self.max_completion_length = max_completion_length
         self.truncation, self.placement, self.threshold = truncation, placement, threshold
         self.strip_token_ids = set(strip_token_ids)
         self.keep_plain, self.reference_kl = keep_plain, reference_kl
-        self.reads = ("rewards", "data.prompt_ids", "data.completion_ids")
+        self.render_chat = render_chat
+        self._warned_empty = False
         if ratio_mode == "paper":
-            self.reads += ("shared.old_logps",)
+            self.reads = (*self.reads, "shared.old_logps")
 
-    def budget_base(self, longest_prompt: int, completion_width: int, positions: int | None):
-        """The length the context budget is a share of (see the class docstring)."""
-        base = self.max_seq_len or positions or FALLBACK_SEQ_LEN
-        if positions:
-            room = positions - longest_prompt - completion_width
-            base = min(base, max(room, 0) / self.context_ratio)
-        return int(base)
+    def budget(self, longest_prompt: int, max_positions: int | None) -> int:
+        """Tokens the context may add to a prompt (see the class docstring)."""
+        return context_budget(
+            self.context_ratio,
+            longest_prompt=longest_prompt,
+            max_completion_length=self.max_completion_length,
+            max_seq_len=self.max_seq_len,
+            max_positions=max_positions,
+        )
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         out = batch.data
         prompt_lists = ctx.gather_object(unpad(out["prompt_ids"], out["prompt_mask"]))
         completion_lists = ctx.gather_object(unpad(out["completion_ids"], out["completion_mask"]))
-        width = out["completion_ids"].size(1)
+        budget = self.budget(max(map(len, prompt_lists)), ctx.max_positions)
         built = build_bicc_prompts(
             prompt_lists,
             completion_lists,
             batch.rewards.cpu(),
             ctx.group_size,
             self.template,
-            max_seq_len=self.budget_base(max(map(len, prompt_lists)), width, ctx.max_positions),
+            budget=budget,
             pad_token_id=ctx.tokenizer.pad_token_id,
             context_ratio=self.context_ratio,
             threshold=self.threshold,
             truncation=self.truncation,
             placement=self.placement,
             strip_token_ids=self.strip_token_ids,
+            **self._chat_inputs(batch, ctx, prompt_lists),
         )
+        self._warn_if_nothing_fits(batch, ctx, built.conditioned, budget)
         device = out["prompt_ids"].device
         rows = ctx.rows(out["completion_ids"].size(0))
         ids, attn = built.input_ids[rows], built.attention_mask[rows]
@@ -105,6 +130,56 @@ class ConditionedPrompts:
         ctx.log("bicc/conditioned_frac", built.conditioned.float().mean())
         self._set_ratio_logps(batch, ctx)
         return batch
+
+    def _chat_inputs(self, batch: Batch, ctx: StageContext, prompt_lists: list) -> dict:
+        """``prompt_messages``, ``decode`` and ``render`` for the user-turn placement; {} when
+        the prompts are text or the placement is a token-level one."""
+        rows = batch.data["prompt_ids"].size(0)
+        chat = bool(batch.prompts) and is_conversational(batch.prompts[0])
+        if resolve_placement(self.placement, chat) != "user_turn":
+            return {}
+        if len(batch.prompts) != rows:
+            raise RuntimeError(
+                f"BiCC user_turn placement: the batch has {rows} rows but {len(batch.prompts)} "
+                "prompt messages (a stage that replaced rows did not update batch.prompts); "
+                "use bicc_placement=after_prompt"
+            )
+        if self.render_chat is None:
+            raise ValueError(
+                "BiCC user_turn placement needs the chat template's rendering (render_chat); "
+                "use bicc_placement=after_prompt"
+            )
+        messages = ctx.gather_object([row["prompt"] for row in batch.prompts])
+        # The attempts must land in the conversation the prompt ids came from: check the
+        # rendering against the first row's prompt (tools, template and kwargs included).
+        rendered = list(self.render_chat([dict(m) for m in messages[0]]))
+        if rendered != prompt_lists[0]:
+            raise ValueError(
+                "BiCC user_turn placement: rendering the prompt's messages gives "
+                f"{len(rendered)} tokens that differ from the {len(prompt_lists[0])} prompt "
+                "tokens generated from (another chat template, tools or a truncated prompt); "
+                "use bicc_placement=after_prompt"
+            )
+        tokenizer = ctx.tokenizer
+        return dict(
+            prompt_messages=messages,
+            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            render=self.render_chat,
+        )
+
+    def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):  # noqa: ANN001
+        """Mixed groups but no conditioned row: the budget cannot hold even the framing."""
+        if self._warned_empty or conditioned.any():
+            return
+        positive = group_view(batch.rewards > self.threshold, ctx.group_size)
+        if (positive.any(1) & ~positive.all(1)).any():
+            logger.warning(
+                "BiCC: no prompt was conditioned although some groups are mixed: the context "
+                "budget of %d tokens cannot hold the framing and one attempt; raise "
+                "bicc_context_ratio or set bicc_max_seq_len",
+                budget,
+            )
+            self._warned_empty = True
 
     def _set_ratio_logps(self, batch: Batch, ctx: StageContext) -> None:
         out = batch.data

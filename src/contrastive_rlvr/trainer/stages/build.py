@@ -6,7 +6,7 @@ docs/architecture.md lists the stages, what they read and write, and their switc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,14 @@ def needs_reference(cfg) -> bool:  # noqa: ANN001
 
 @dataclass
 class RunFacts:
-    """What the pipeline needs to know about the run besides the config."""
+    """What the pipeline needs to know about the run besides the config.
+
+    ``render_chat``: chat messages -> token ids with the generation header, rendered
+    exactly as the trainer renders its prompts (TRL: ``apply_chat_template`` with its
+    tools, training chat template and ``chat_template_kwargs``), for BiCC's user-turn
+    placement. None: the tokenizer's own chat template with the config's
+    ``chat_template_kwargs`` (the BiCC stage checks it reproduces the prompt ids).
+    """
 
     tokenizer: Any
     group_size: int
@@ -39,6 +46,24 @@ class RunFacts:
     eos_token_ids: Collection[int] = ()
     dataset_columns: Sequence[str] | None = None
     num_processes: int = 1
+    render_chat: Callable[[list[dict]], Sequence[int]] | None = None
+
+
+def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # noqa: ANN001, ANN201
+    """Chat messages -> token ids with the tokenizer's chat template and the generation
+    header (TRL's rendering of a prompt without tools); None if the tokenizer has none."""
+    if not hasattr(tokenizer, "apply_chat_template"):
+        return None
+    kwargs = dict(chat_template_kwargs or {})
+
+    def render(messages: list[dict]) -> list[int]:
+        return list(
+            tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+            )
+        )
+
+    return render
 
 
 def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
@@ -83,7 +108,15 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             )
         )
     if recipe.objective == "policy" or rcc_reference:
-        stages.append(Advantages(recipe, rcc=rcc_reference, rcc_coef=cfg.rcc_coef, eps=cfg.adv_eps))
+        stages.append(
+            Advantages(
+                recipe,
+                rcc=rcc_reference,
+                rcc_coef=cfg.rcc_coef,
+                rcc_bound=cfg.rcc_bound,
+                eps=cfg.adv_eps,
+            )
+        )
     if cfg.verigate:
         stages.append(
             ProcessAdvantages(
@@ -97,12 +130,20 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
         )
     if cfg.reco:
         stages.append(
-            OccurrenceWeights(identity=cfg.reco_identity, factor_norm=cfg.reco_factor_norm)
+            OccurrenceWeights(
+                identity=cfg.reco_identity,
+                factor_norm=cfg.reco_factor_norm,
+                weights=cfg.reco_weights,
+            )
         )
     if cfg.bicc:
         stages.append(_conditioned_prompts(cfg, facts))
     stages.append(
-        BatchDiagnostics(threshold=cfg.reward_threshold, rcc_coef=cfg.rcc_coef if cfg.rcc else None)
+        BatchDiagnostics(
+            threshold=cfg.reward_threshold,
+            rcc_coef=cfg.rcc_coef if cfg.rcc else None,
+            rcc_bound=cfg.rcc_bound,
+        )
     )
     return {"train": Pipeline(resample + stages), "eval": Pipeline(stages)}
 
@@ -119,10 +160,13 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: A
         ratio_mode=cfg.bicc_ratio_mode,
         context_ratio=cfg.bicc_context_ratio,
         max_seq_len=cfg.bicc_max_seq_len,
+        max_completion_length=cfg.max_completion_length,
         truncation=cfg.bicc_truncation,
         placement=cfg.bicc_placement,
         threshold=cfg.reward_threshold,
         strip_token_ids=strip,
         keep_plain=cfg.bicc_mix < 1.0,
         reference_kl=cfg.bicc_ratio_mode == "consistent" and cfg.beta > 0,
+        render_chat=facts.render_chat
+        or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
     )

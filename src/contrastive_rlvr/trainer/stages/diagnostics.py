@@ -3,7 +3,7 @@ collapse rate and, with a delta, Cov(R, delta) and the delta of correct vs wrong
 
 from __future__ import annotations
 
-from ...algorithms import collapse_rate, group_covariance, rcc_baseline
+from ...algorithms import DEFAULT_RCC_BOUND, collapse_rate, group_covariance, rcc_baseline
 from ...algorithms.ops import group_view
 from .base import Batch, StageContext
 
@@ -12,20 +12,24 @@ class BatchDiagnostics:
     """Logs ``reward/accuracy``, ``adv/collapse_rate``; with ``shared["delta"]``:
     ``rcc/cov`` (mean over groups of Cov(R, delta)), ``rcc/delta_mean``,
     ``rcc/delta_correct``, ``rcc/delta_wrong`` and, when ``rcc_coef`` is set (RCC on),
-    ``rcc/baseline_shift`` = mean |b* - mean(R)|. Keeps the gathered rewards, delta and
-    per-row advantages in ``shared["stats"]`` (the trainer's ``last_batch_stats``).
+    ``rcc/baseline_shift`` = mean |b* - mean(R)| (b* with the run's ``rcc_bound``). Keeps
+    the gathered rewards, delta and per-row advantages in ``shared["stats"]`` (the
+    trainer's ``last_batch_stats``).
 
     Args:
         threshold: reward above which a completion is correct.
         rcc_coef: c of the RCC baseline, or None when RCC is off.
+        rcc_bound: the bound of that baseline (``"reward_range"`` or ``"none"``).
     """
 
     name = "diagnostics"
     reads = ("rewards", "shared.delta?", "data.advantages?")
     writes = ("shared.stats",)
 
-    def __init__(self, *, threshold: float, rcc_coef: float | None) -> None:
-        self.threshold, self.rcc_coef = threshold, rcc_coef
+    def __init__(
+        self, *, threshold: float, rcc_coef: float | None, rcc_bound: str = DEFAULT_RCC_BOUND
+    ) -> None:
+        self.threshold, self.rcc_coef, self.rcc_bound = threshold, rcc_coef, rcc_bound
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         rewards, g = batch.rewards, ctx.group_size
@@ -44,7 +48,8 @@ class BatchDiagnostics:
                 ctx.log("rcc/delta_wrong", delta[~correct].mean())
             if self.rcc_coef is not None:
                 group_mean = group_view(rewards, g).mean(1).repeat_interleave(g)
-                shift = rcc_baseline(rewards, delta, g, coef=self.rcc_coef) - group_mean
+                b = rcc_baseline(rewards, delta, g, coef=self.rcc_coef, bound=self.rcc_bound)
+                shift = b - group_mean
                 ctx.log("rcc/baseline_shift", shift.abs().mean())
             stats["delta"] = delta.detach().cpu()
         advantages = batch.data.get("advantages")

@@ -15,11 +15,12 @@ class DynamicSampling:
     ``max_rounds`` extra generation rounds. Every process generates in every round
     (the scoring gathers across processes); groups still collapsed after the cap stay
     (zero advantage). Logs ``dapo/extra_rounds``, ``dapo/groups_replaced`` and
-    ``dapo/groups_still_collapsed``."""
+    ``dapo/groups_still_collapsed``. ``prompts`` follows the rows: a replaced group's
+    dataset rows are the fresh ones it was generated from."""
 
     name = "dynamic_sampling"
     reads = ("rewards", "data.completion_ids")
-    writes = ("rewards", "data.num_items_in_batch")
+    writes = ("rewards", "prompts", "data.num_items_in_batch")
 
     def __init__(self, *, max_rounds: int) -> None:
         self.max_rounds = max_rounds
@@ -29,19 +30,21 @@ class DynamicSampling:
         rows = ctx.rows(out["completion_ids"].size(0))
         local = batch.rewards[rows]
         collapsed = (~informative_groups(local, g)).nonzero().flatten().tolist()
-        found: list[tuple[dict, torch.Tensor, torch.Tensor]] = []  # (batch, row indices, rewards)
+        # (batch, row indices, rewards, the dataset rows it was generated from)
+        found: list[tuple[dict, torch.Tensor, torch.Tensor, list[dict]]] = []
         rounds = 0
         while rounds < self.max_rounds:
             missing = torch.tensor(float(len(collapsed) - len(found)), device=local.device)
             if ctx.reduce(missing, "max").item() <= 0:
                 break
             prompts = ctx.draw_prompts(len(local) // g)
-            extra, extra_all = ctx.generate_and_score([r for r in prompts for _ in range(g)])
+            sources = [r for r in prompts for _ in range(g)]
+            extra, extra_all = ctx.generate_and_score(sources)
             add_unguided_keys(extra, out)
             extra_local = extra_all[rows]
             for group in informative_groups(extra_local, g).nonzero().flatten().tolist():
                 idx = torch.arange(group * g, (group + 1) * g)
-                found.append((extra, idx, extra_local[idx]))
+                found.append((extra, idx, extra_local[idx], sources))
             rounds += 1
         replaced = min(len(collapsed), len(found))
         ctx.log("dapo/extra_rounds", rounds)
@@ -50,19 +53,26 @@ class DynamicSampling:
         if replaced == 0:
             return batch
         swap = dict(zip(collapsed[:replaced], found[:replaced], strict=True))
-        parts, new_local = [], []
+        parts, new_local, new_prompts = [], [], []
+        # The dataset rows follow their rows (BiCC's chat placement reads the messages).
+        track = len(batch.prompts) == len(local)
         for group in range(len(local) // g):
             if group in swap:
-                source, idx, rew = swap[group]
+                source, idx, rew, sources = swap[group]
                 parts.append((source, idx))
                 new_local.append(rew)
+                new_prompts.extend(sources[i] for i in idx.tolist())
             else:
                 idx = torch.arange(group * g, (group + 1) * g)
                 parts.append((out, idx))
                 new_local.append(local[idx])
+                if track:
+                    new_prompts.extend(batch.prompts[i] for i in idx.tolist())
         merged = take_rows(parts, ctx.tokenizer.pad_token_id)
         merged["num_items_in_batch"] = ctx.gather(merged["completion_mask"].sum().reshape(1)).sum()
         batch.data, batch.rewards = merged, ctx.gather(torch.cat(new_local))
+        if track:
+            batch.prompts = new_prompts
         return batch
 
 

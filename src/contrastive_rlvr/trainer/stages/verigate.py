@@ -23,7 +23,9 @@ class ProcessAdvantages:
         scorer: the process scorer (prompt, steps) -> one score per step.
         step_rule, step_pattern: how a completion is split into steps.
         scale_by_std: the recipe's std scaling. eps: its floor.
-        process_norm: ``"cumulated"`` or ``"steps"``.
+        process_norm: ``"steps"`` (the config's default: normalise the step scores over
+            the group, then sum each step's and the later steps' values, DeepSeekMath) or
+            ``"cumulated"`` (cumulate, then normalise).
     """
 
     name = "process_advantages"
