@@ -15,6 +15,7 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
+from ..rewards.logging_callback import VerifierCountersCallback
 from .callbacks import MetricsJsonl, RichProgress
 from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
 from .config import RLVRConfig
@@ -274,6 +275,8 @@ def train(
         "loss/nonfinite_total": trainer.nonfinite_losses,
         "guard/rolled_back_total": update_guard.rolled_back,
     }
+    # The verifier's trouble counters (math_verify rewards) in every logged step.
+    trainer.add_callback(VerifierCountersCallback(trainer))
     diagnostics = diagnostics_callback(trainer, out)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)
