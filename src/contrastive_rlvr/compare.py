@@ -288,7 +288,8 @@ def _write_note(path: Path, text: str) -> None:
 
 
 def _sft_key(spec: CompareSpec, seed: int) -> dict:
-    """What the embedded warm start depends on: the seed, the task length and the SFT steps."""
+    """What the embedded warm start depends on: the seed, the task length, the SFT steps and
+    the share of reading demonstrations."""
     from .trainer.parse import parse_config
 
     cfg = parse_config(spec.config, [*spec.overrides, "--seed", str(seed)])
@@ -297,6 +298,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
         "seed": seed,
         "embedded_terms": cfg.embedded_terms,
         "embedded_sft_steps": cfg.embedded_sft_steps,
+        "embedded_sft_context_frac": cfg.embedded_sft_context_frac,
     }
 
 

@@ -45,6 +45,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     from ..embedded import (
         EmbeddedSettings,
         TaskConfig,
+        WarmStartConfig,
         arithmetic_reward,
         build_embedded_default,
         heldout_accuracy,
@@ -55,8 +56,14 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     task = TaskConfig(terms=config.embedded_terms)
     sft_dir = out / SFT_DIR
     if not (sft_dir / "config.json").exists():
-        settings = EmbeddedSettings(seed=config.seed, task=task)
+        settings = EmbeddedSettings(
+            seed=config.seed,
+            task=task,
+            sft=WarmStartConfig(context_frac=config.embedded_sft_context_frac),
+        )
         build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
+    else:
+        _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
     model = AutoModelForCausalLM.from_pretrained(sft_dir)
     train, heldout = make_datasets(task)
@@ -73,6 +80,35 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
+
+
+def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
+    """A reused ``sft-model`` (a rerun, or compare's cache) built with other settings than
+    this config's is used as it is, but said (remove it to build it anew)."""
+    from ..embedded import SETTINGS_FILE
+
+    record_file = sft_dir / SETTINGS_FILE
+    if not record_file.exists():
+        return
+    record = json.loads(record_file.read_text())
+    built = {
+        "seed": record.get("seed"),
+        "embedded_terms": record.get("task", {}).get("terms"),
+        "embedded_sft_context_frac": record.get("sft", {}).get("context_frac", 0.0),
+    }
+    wanted = {
+        "seed": config.seed,
+        "embedded_terms": config.embedded_terms,
+        "embedded_sft_context_frac": config.embedded_sft_context_frac,
+    }
+    diffs = [f"{k}: {built[k]!r} there, {v!r} here" for k, v in wanted.items() if built[k] != v]
+    if diffs:
+        logger.warning(
+            "reusing the warm start %s built with other settings (%s); remove it to build "
+            "it with this config's",
+            sft_dir,
+            "; ".join(diffs),
+        )
 
 
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
