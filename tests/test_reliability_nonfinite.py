@@ -219,3 +219,97 @@ def test_inf_reward_stops_the_run_naming_the_function(tmp_path):
     with pytest.raises(NonFiniteRewardError, match=r"'blows_up' returned inf for row 0"):
         train(config, progress=False)
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+# ---------------------------------------------------------------------- skip_group, wired
+
+
+def _first_group_inf(prompts, completions, **kwargs):
+    """inf for every row of the batch's first prompt (its group), 1, 0, 1, 0, ... on the
+    others' (mixed groups, so they have advantages)."""
+    return [math.inf if p == prompts[0] else float(i % 2 == 0) for i, p in enumerate(prompts)]
+
+
+def test_skip_group_trains_and_the_skipped_rows_carry_no_gradient(tmp_path):
+    from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model
+
+    torch.manual_seed(0)
+    config = make_config(
+        tmp_path, nonfinite_rewards="skip_group", log_delta=False, diagnostics_every=0,
+        deltas_every=0, recipe="dr_grpo",
+    )  # fmt: skip
+    trainer = make_trainer(save_tiny_model(tmp_path / "m"), config, reward=_first_group_inf)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    logged = [h for h in trainer.state.log_history if "reward/skipped_groups" in h]
+    assert [h["reward/skipped_groups"] for h in logged] == [1.0, 1.0]  # one group per step
+    # The last generation batch, before the group shuffle: rows 0..G-1 are the skipped group.
+    batch = trainer.last_generation_batch
+    assert batch["completion_mask"][:GROUP].sum() == 0
+    assert batch["completion_mask"][GROUP:].sum() > 0
+    assert batch["advantages"][:GROUP].tolist() == [0.0] * GROUP
+    # Dr.GRPO: A = R - group mean = +-0.5 on the other group's 1, 0, 1, 0.
+    assert batch["advantages"][GROUP:].tolist() == [0.5, -0.5, 0.5, -0.5]
+    assert batch["num_items_in_batch"].item() == batch["completion_mask"][GROUP:].sum().item()
+
+    # No gradient from the skipped rows: scrambling their prompts and completions leaves
+    # the gradient of the loss exactly as it was (and it is not zero: the others train).
+    def grads(inputs):
+        trainer.model.train()
+        trainer.model.zero_grad()
+        trainer.compute_loss(trainer.model, inputs).backward()
+        return [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+
+    before = grads(batch)
+    scrambled = dict(batch)
+    for key in ("completion_ids", "prompt_ids"):
+        ids = batch[key].clone()
+        ids[:GROUP] = torch.randint(1, 20, ids[:GROUP].shape)
+        scrambled[key] = ids
+    after = grads(scrambled)
+    assert any(g.abs().sum() > 0 for g in before)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def _custom_run(tmp_path, reward_src: str, *extra: str):
+    from trainer_utils import save_tiny_model
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+1=", "answer": "1"}) + "\n"
+                            for i in range(12)))  # fmt: skip
+    reward = tmp_path / "r.py"
+    reward.write_text(reward_src)
+    return parse_config(None, [
+        "--model", str(save_tiny_model(tmp_path / "m")), "--dataset", str(data),
+        "--rewards", f"{reward}:blows_up", "--heldout_size", "2", "--eval_n", "1",
+        "--eval_limit", "1", "--max_steps", "2", "--num_generations", "4",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--output_dir", str(tmp_path / "o"), "--bicc", "false", "--rcc", "false",
+        "--diagnostics_every", "0", "--deltas_every", "0", "--save_strategy", "no",
+        *extra,
+    ])  # fmt: skip
+
+
+# inf on row 5 of every training batch (TRL passes trainer_state; the held-out
+# evaluation does not, so it scores finite).
+TRAIN_INF = (
+    "import math\n"
+    "def blows_up(prompts, completions, trainer_state=None, **kwargs):\n"
+    "    bad = 5 if trainer_state is not None else -1\n"
+    "    return [math.inf if i == bad else 0.0 for i in range(len(completions))]\n"
+)
+
+
+def test_run_with_skip_group_counts_the_skipped_group_every_step(tmp_path):
+    summary = train(_custom_run(tmp_path, TRAIN_INF, "--nonfinite_rewards", "skip_group"),
+                    progress=False)  # fmt: skip
+    assert summary["steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "o" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reward/skipped_groups"] for r in rows] == [1.0, 1.0]  # row 5: group 1 of 2
+    assert all(math.isfinite(r["reward"]) for r in rows)
+
+
+def test_run_with_the_default_stops_at_the_training_batch_naming_function_and_row(tmp_path):
+    with pytest.raises(NonFiniteRewardError, match=r"'blows_up' returned inf for row 5"):
+        train(_custom_run(tmp_path, TRAIN_INF), progress=False)
+    assert not (tmp_path / "o" / "summary.json").exists()

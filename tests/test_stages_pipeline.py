@@ -66,6 +66,21 @@ def test_each_switch_adds_its_stage(tmp_path):
     assert train == ["rewards", "diagnostics"]
 
 
+def test_skip_group_masks_first_and_restores_after_the_resampling_stages(tmp_path):
+    facts = {"skipped_rows": lambda: None}
+    cfg = dict(output_dir=str(tmp_path), report_to="none", num_generations=4, log_delta=False,
+               beta=0.0, max_completion_length=8, nonfinite_rewards="skip_group")  # fmt: skip
+    built = build_stages(RLVRConfig(**cfg), RunFacts(CharTokenizer(), 4, False, **facts))
+    base = ["rewards", "advantages", "diagnostics"]
+    assert built["train"].names == built["eval"].names == ["skip_nonfinite", *base]
+    dapo = RLVRConfig(**cfg, recipe="dapo", overlong_punishment=False)
+    built = build_stages(dapo, RunFacts(CharTokenizer(), 4, False, **facts))
+    assert built["train"].names == ["skip_nonfinite", "dynamic_sampling", "restore_skipped", *base]
+    assert built["eval"].names == ["skip_nonfinite", *base]
+    with pytest.raises(ValueError, match="needs RunFacts.skipped_rows"):
+        build_stages(RLVRConfig(**cfg), RunFacts(CharTokenizer(), 4, False))
+
+
 def test_rcc_without_a_reference_is_refused_when_built(tmp_path):
     with pytest.raises(ValueError, match="reads \\['shared.delta'\\]"):
         names(tmp_path, has_reference=False, rcc=True)
@@ -94,7 +109,7 @@ def test_the_architecture_table_lists_every_stage():
     rows = {line.split("|")[2].strip(): line for line in doc.splitlines() if "| `" in line}
     classes = [getattr(stages, n) for n in stages.__all__]
     named = [c for c in classes if isinstance(getattr(c, "name", None), str)]
-    assert len(named) == 9
+    assert len(named) == 11
     for cls in named:
         key = f"`{cls.__name__}` (`{cls.name}`)"
         assert key in rows, f"docs/architecture.md has no row for {key}"

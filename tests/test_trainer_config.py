@@ -226,3 +226,50 @@ def test_bicc_placement_values():
         assert config(bicc_placement=placement).bicc_placement == placement
     with pytest.raises(ValueError, match="bicc_placement='system' is invalid: choose one of auto"):
         config(bicc_placement="system")
+# The range checks TRL leaves open, made when the config is built (before: preflight).
+RANGE_CASES = [
+    ({"learning_rate": float("nan")}, "learning_rate=nan is invalid: must be a finite number > 0"),
+    ({"learning_rate": 0.0}, "learning_rate=0.0 is invalid"),
+    ({"temperature": float("inf")}, "temperature=inf is invalid: sampling needs"),
+    ({"top_p": 1.5}, "top_p=1.5 is invalid: must be in (0, 1]"),
+    ({"max_steps": -5}, "max_steps=-5 is invalid: give a number of optimizer steps >= 1"),
+    ({"max_steps": -1, "num_train_epochs": 0.0}, "max_steps=-1 with num_train_epochs=0.0"),
+    ({"max_completion_length": 0}, "max_completion_length=0 is invalid: must be >= 1"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps=0 is invalid"),
+    ({"weight_decay": float("nan")}, "weight_decay=nan is invalid: must be a finite number"),
+    ({"adv_eps": float("inf")}, "adv_eps=inf is invalid: must be a finite number"),
+    ({"reward_threshold": float("nan")}, "reward_threshold=nan is invalid"),
+    ({"adam_epsilon": 0.0}, "adam_epsilon=0.0 is invalid: must be > 0"),
+    ({"adam_beta2": 1.0}, "adam_beta2=1.0 is invalid: must be in [0, 1)"),
+    ({"max_grad_norm": -1.0}, "max_grad_norm=-1.0 is invalid: must be finite and >= 0"),
+    ({"reward_weights": [1.0, float("inf")]}, "reward_weights=[1.0, inf] is invalid"),
+    ({"embedded_sft_steps": -1}, "embedded_sft_steps=-1 is invalid: must be >= 0"),
+    ({"embedded_sft_context_frac": 1.5}, "embedded_sft_context_frac=1.5 is invalid"),
+    ({"eval_limit": 0}, "eval_limit=0 is invalid: must be >= 1"),
+    ({"nonfinite_rewards": "ignore"}, "nonfinite_rewards='ignore' is invalid: choose one of"),
+    ({"rollback_snapshot_max_bytes": -1}, "rollback_snapshot_max_bytes=-1 is invalid"),
+    ({"dataset": "x.jsonl"}, "dataset='x.jsonl' is given with model='embedded'"),
+    ({"rewards": ["format"]}, "rewards=['format'] is given with model='embedded'"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), RANGE_CASES)
+def test_ranges_are_checked_when_the_config_is_built(kwargs, message):
+    from contrastive_rlvr.trainer.preflight import UserError
+
+    with pytest.raises(UserError) as err:
+        config(**kwargs)
+    assert message in str(err.value)
+
+
+def test_reliability_fields_default_and_parse():
+    cfg = config()
+    assert cfg.overwrite_output_dir is False and cfg.resume_allow_config_change is False
+    assert cfg.nonfinite_rewards == "error" and cfg.rollback_snapshot_max_bytes == 2 * 1024**3
+    assert cfg.embedded_sft_context_frac == 0.0
+    cfg = parse_config(None, ["--nonfinite_rewards", "skip_group", "--overwrite_output_dir",
+                              "true", "--rollback_snapshot_max_bytes", "0"])  # fmt: skip
+    assert cfg.nonfinite_rewards == "skip_group" and cfg.overwrite_output_dir is True
+    assert cfg.rollback_snapshot_max_bytes == 0
+    # A custom model may take a dataset and rewards (the files are preflight's to check).
+    assert config(model="some/model", dataset="x.jsonl", rewards=["format"]).dataset == "x.jsonl"

@@ -90,3 +90,25 @@ def test_bad_rows_stop_with_file_line_and_field(tmp_path):
     )
     with pytest.raises(ValueError, match=r"bad.jsonl.*2.*answer"):
         train(config, progress=False)
+
+
+def test_math_verify_run_logs_the_verifier_counters_every_step(tmp_path):
+    from contrastive_rlvr.rewards import COUNTER_KEYS
+
+    torch.set_num_threads(1)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{a}+1=", "answer": str(a + 1)}) + "\n"
+                            for a in range(10)))  # fmt: skip
+    config = parse_config(None, [
+        "--model", str(save_tiny_model(tmp_path / "model")), "--dataset", str(data),
+        "--output_dir", str(tmp_path / "out"), "--rewards", "math_verify",
+        "--heldout_size", "2", "--eval_n", "1", "--max_steps", "2", "--num_generations", "4",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--bicc", "false", "--rcc", "false", "--diagnostics_every", "0",
+        "--deltas_every", "0", "--save_strategy", "no",
+    ])  # fmt: skip
+    assert train(config, progress=False)["steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:  # every key, every step; a healthy verifier: all zero
+        assert {k: row.get(k) for k in COUNTER_KEYS} == dict.fromkeys(COUNTER_KEYS, 0.0)

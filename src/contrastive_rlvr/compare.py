@@ -73,8 +73,6 @@ SFT_KEY_FILE = "key.json"
 LOG_TAIL_CHARS = 4000
 #: Seconds a child process has to stop after SIGINT before it is killed.
 STOP_GRACE_S = 30
-#: Worker flag: replace the unfinished run in the output folder (no complete checkpoint).
-REPLACE_FLAG = "--replace-run"
 CI_LEVEL = 0.95
 
 
@@ -185,9 +183,9 @@ class RunSpec:
 
 
 def plan_runs(spec: CompareSpec) -> list[RunSpec]:
-    """The runs in order (recipe, arm, seed); every config is validated before any runs."""
+    """The runs in order (recipe, arm, seed); every config is built (so validated, ranges
+    included) before any runs."""
     from .trainer.parse import parse_config
-    from .trainer.preflight import check_ranges
 
     out = Path(spec.output_dir)
     runs = []
@@ -196,7 +194,7 @@ def plan_runs(spec: CompareSpec) -> list[RunSpec]:
             for seed in spec.seeds:
                 run = RunSpec(recipe, arm, seed, out / recipe / arm / f"seed{seed}")
                 try:
-                    check_ranges(parse_config(spec.config, run.overrides(spec)))
+                    parse_config(spec.config, run.overrides(spec))
                 except (ValueError, SystemExit) as err:
                     raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
                 runs.append(run)
@@ -290,7 +288,8 @@ def _write_note(path: Path, text: str) -> None:
 
 
 def _sft_key(spec: CompareSpec, seed: int) -> dict:
-    """What the embedded warm start depends on: the seed, the task length and the SFT steps."""
+    """What the embedded warm start depends on: the seed, the task length, the SFT steps and
+    the share of reading demonstrations."""
     from .trainer.parse import parse_config
 
     cfg = parse_config(spec.config, [*spec.overrides, "--seed", str(seed)])
@@ -299,6 +298,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
         "seed": seed,
         "embedded_terms": cfg.embedded_terms,
         "embedded_sft_steps": cfg.embedded_sft_steps,
+        "embedded_sft_context_frac": cfg.embedded_sft_context_frac,
     }
 
 
@@ -355,15 +355,10 @@ def _worker(argv: list[str]) -> None:
     config_file = None
     if rest[:1] == ["--config"]:
         config_file, rest = rest[1], rest[2:]
-    replace = REPLACE_FLAG in rest
-    rest = [a for a in rest if a != REPLACE_FLAG]
     if directory is not None:
         rest = [*rest, "--output_dir", str(directory)]
     cfg = parse_config(config_file, rest)
     if directory is None:
-        if replace:
-            # What the run's options field spells (read with getattr by train()).
-            cfg.overwrite_output_dir = True
         train(cfg, progress=False)
         return
     import torch
@@ -391,7 +386,7 @@ def _resume_args(run: RunSpec) -> list[str]:
 
     if newest_complete_checkpoint(run.output_dir)[0] is not None:
         return ["--resume", "true"]
-    return [REPLACE_FLAG] if holds_run(run.output_dir) else []
+    return ["--overwrite_output_dir", "true"] if holds_run(run.output_dir) else []
 
 
 def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:

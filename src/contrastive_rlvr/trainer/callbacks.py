@@ -22,6 +22,18 @@ METRIC_KEYS = {
     "clip/frac": "share of tokens (rows for gspo) where clipping zeroes the gradient",
     "kl/mean": "mean per-token k3 KL to the reference (when a reference log-prob is given)",
     "bicc/context_tokens": "mean tokens of BiCC context added per row",
+    "reward/skipped_groups": "groups skipped for a non-finite reward (skip_group)",
+    "loss/skipped_updates_total": "optimizer steps skipped for a non-finite loss or gradient",
+    "guard/rolled_back_total": "optimizer steps rolled back for non-finite parameters",
+    # The verifier's counters (math_verify rewards; cumulative since the reward was made,
+    # summed over reward functions and processes; VerifierCountersCallback).
+    "verifier/timeouts": "answers whose verifier worker's alarm fired (scored 0)",
+    "verifier/killed": "answers whose worker missed the deadline and was killed (scored 0)",
+    "verifier/crashed": "answers whose worker died while checking them (scored 0)",
+    "verifier/errors": "answers on which math-verify raised (scored 0)",
+    "verifier/worker_restarts": "verifier workers started to replace killed or dead ones",
+    "verifier/worker_crashes": "verifier worker processes found dead",
+    "verifier/server_restarts": "verifier servers found dead and started again",
     "loss": "training loss (TRL)",
     "step_time": "seconds of the optimizer step, generation included (TRL)",
 }

@@ -24,6 +24,8 @@ from .config_groups import (
     RCCOptions,
     RecipeOptions,
     SeedMethodOptions,
+    check,
+    finite,
 )
 
 
@@ -46,6 +48,7 @@ class RLVRConfig(
     """
 
     def __post_init__(self) -> None:
+        self._validate_ranges()
         self.validate_data()
         self.validate_recipe()
         self.validate_bicc()
@@ -61,6 +64,58 @@ class RLVRConfig(
         self.validate_recipe_layout()
         self.validate_seed_layout()
         self._validate_whole_groups()
+
+    def _validate_ranges(self) -> None:
+        """Values TRL's ``TrainingArguments`` accepts but no run can use (a NaN learning
+        rate, ``max_steps=-5``), refused before TRL's own checks and any model load."""
+        lr = self.learning_rate
+        check(finite(lr) and lr > 0, "learning_rate", lr, "must be a finite number > 0")
+        t = self.temperature
+        check(finite(t) and t > 0, "temperature", t, "sampling needs a finite temperature > 0")
+        check(finite(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
+        if self.max_steps == -1:
+            epochs = self.num_train_epochs
+            check(
+                finite(epochs) and epochs > 0,
+                "max_steps=-1 with num_train_epochs",
+                epochs,
+                "with max_steps=-1 the run length is num_train_epochs, which must be > 0",
+            )
+        else:
+            check(
+                self.max_steps >= 1,
+                "max_steps",
+                self.max_steps,
+                "give a number of optimizer steps >= 1, or -1 to train for num_train_epochs",
+            )
+        for name in ("max_completion_length", "per_device_train_batch_size"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, value, "must be >= 1")
+        accum = self.gradient_accumulation_steps
+        check(accum >= 1, "gradient_accumulation_steps", accum, "must be >= 1")
+        # reward_threshold and adv_eps are the recipe group's; checked here with TRL's
+        # numbers until validate_recipe takes them.
+        for name in ("weight_decay", "adam_epsilon", "reward_threshold", "adv_eps"):
+            value = getattr(self, name)
+            check(finite(value), name, value, "must be a finite number")
+        check(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "must be > 0")
+        for name in ("adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            check(finite(value) and 0 <= value < 1, name, value, "must be in [0, 1)")
+        norm = self.max_grad_norm
+        check(
+            norm is None or (finite(norm) and norm >= 0),
+            "max_grad_norm",
+            norm,
+            "must be finite and >= 0",
+        )
+        weights = self.reward_weights
+        check(
+            weights is None or all(finite(w) for w in weights),
+            "reward_weights",
+            weights,
+            "every weight must be finite",
+        )
 
     def _validate_combinations(self) -> None:
         """Checks across groups: the methods that can be combined with the recipe."""

@@ -163,6 +163,13 @@ def guard_reward(
     return GuardedReward(fn, label, on_nonfinite)
 
 
+def guard_rewards(funcs: Any, on_nonfinite: str = "error") -> list:
+    """Every callable of ``funcs`` (a list, or one function) through :func:`guard_reward`;
+    what TRL loads itself (a reward model's id, a string) is left as it is."""
+    funcs = list(funcs) if isinstance(funcs, list | tuple) else [funcs]
+    return [guard_reward(f, on_nonfinite=on_nonfinite) if callable(f) else f for f in funcs]
+
+
 @dataclass
 class RewardCheck:
     """Result of :func:`check_rewards`.

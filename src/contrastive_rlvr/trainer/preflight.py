@@ -1,20 +1,18 @@
-"""Checks of a training run that need no model: run before any weights load.
+"""Checks of a training run that need the file system or imports but no model: run
+before any weights load.
 
-:func:`preflight` finds every user error that can be found from the config and
-the files it names (the dataset, the reward functions, the model path, the
-output directory, numeric ranges TRL leaves open) and raises :class:`UserError`
-with one line naming the field or file, the value and the fix. It returns what
-it had to load to check (the prompt rows, the reward functions), so the run
-does not load them twice.
-
-The range checks in :func:`check_ranges` are field-level and belong with the
-config's own validation (``RLVRConfig.__post_init__``); they live here until
-they are moved there.
+The config's values themselves (numeric ranges, choices, ``--dataset`` given with
+the embedded model) are checked when :class:`~.config.RLVRConfig` is built. What is
+left for :func:`preflight` needs more than the values: the output directory can be
+made and written, the model path exists (or the Hub id is cached when offline), the
+dataset file reads and has the needed fields, every reward import path resolves. It
+raises :class:`UserError` with one line naming the field or file, the value and the
+fix, and returns what it had to load to check (the prompt rows, the reward
+functions), so the run does not load them twice.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,8 +21,6 @@ from typing import Any
 
 #: ``org/name`` or ``name``: what the Hugging Face Hub accepts as a repository id.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-#: Fields whose default is kept for the embedded model; setting them means a custom model.
-_CUSTOM_ONLY = {"dataset": None, "rewards": ["math_verify"]}
 
 
 class UserError(ValueError):
@@ -43,67 +39,6 @@ class PreflightResult:
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def check_ranges(config: Any) -> None:
-    """Numeric fields that TRL's ``TrainingArguments`` accepts but no run can use."""
-    lr = config.learning_rate
-    if not (_finite(lr) and lr > 0):
-        raise UserError(f"learning_rate={lr!r} is invalid: must be a finite number > 0")
-    temperature = config.temperature
-    if not (_finite(temperature) and temperature > 0):
-        raise UserError(
-            f"temperature={temperature!r} is invalid: sampling needs a finite temperature > 0"
-        )
-    top_p = getattr(config, "top_p", 1.0)
-    if not (_finite(top_p) and 0 < top_p <= 1):
-        raise UserError(f"top_p={top_p!r} is invalid: must be in (0, 1]")
-    steps = config.max_steps
-    if steps == -1:
-        epochs = config.num_train_epochs
-        if not (_finite(epochs) and epochs > 0):
-            raise UserError(
-                f"max_steps=-1 with num_train_epochs={epochs!r} is invalid: with max_steps=-1 "
-                "the run length is num_train_epochs, which must be > 0"
-            )
-    elif steps < 1:
-        raise UserError(
-            f"max_steps={steps!r} is invalid: give a number of optimizer steps >= 1, or -1 to "
-            "train for num_train_epochs"
-        )
-    for name in ("max_completion_length", "per_device_train_batch_size"):
-        value = getattr(config, name, 1)
-        if value is not None and value < 1:
-            raise UserError(f"{name}={value!r} is invalid: must be >= 1")
-    accum = getattr(config, "gradient_accumulation_steps", 1)
-    if accum < 1:
-        raise UserError(f"gradient_accumulation_steps={accum!r} is invalid: must be >= 1")
-    for name in ("weight_decay", "adam_epsilon", "reward_threshold", "adv_eps"):
-        value = getattr(config, name, 0.0)
-        if not _finite(value):
-            raise UserError(f"{name}={value!r} is invalid: must be a finite number")
-    if getattr(config, "adam_epsilon", 1.0) <= 0:
-        raise UserError(f"adam_epsilon={config.adam_epsilon!r} is invalid: must be > 0")
-    for name in ("adam_beta1", "adam_beta2"):
-        value = getattr(config, name, 0.9)
-        if not (_finite(value) and 0 <= value < 1):
-            raise UserError(f"{name}={value!r} is invalid: must be in [0, 1)")
-    grad_norm = getattr(config, "max_grad_norm", None)
-    if grad_norm is not None and not (_finite(grad_norm) and grad_norm >= 0):
-        raise UserError(f"max_grad_norm={grad_norm!r} is invalid: must be finite and >= 0")
-    weights = getattr(config, "reward_weights", None)
-    if weights is not None and not all(_finite(w) for w in weights):
-        raise UserError(f"reward_weights={weights!r} is invalid: every weight must be finite")
-    sft = getattr(config, "embedded_sft_steps", None)
-    if sft is not None and sft < 0:
-        raise UserError(f"embedded_sft_steps={sft!r} is invalid: must be >= 0 (0: no warm start)")
-    limit = getattr(config, "eval_limit", None)
-    if limit is not None and limit < 1:
-        raise UserError(f"eval_limit={limit!r} is invalid: must be >= 1 (or unset for all)")
 
 
 def check_model_path(model: str) -> None:
@@ -167,18 +102,9 @@ def preflight(config: Any) -> PreflightResult:
     from ..data import load_prompts
     from ..rewards import resolve_reward
 
-    check_ranges(config)
     check_output_dir(config.output_dir)
     result = PreflightResult()
-    if config.model == "embedded":
-        for name, default in _CUSTOM_ONLY.items():
-            value = getattr(config, name)
-            if value != default:
-                raise UserError(
-                    f"{name}={value!r} is given with model='embedded', which brings its own "
-                    f"arithmetic task and reward; drop --{name}, or set --model to the model "
-                    "to train on this dataset"
-                )
+    if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
     if config.dataset is None:
         raise UserError(
@@ -207,8 +133,8 @@ def preflight(config: Any) -> PreflightResult:
         except (ValueError, KeyError) as err:
             raise UserError(f"rewards: {err}") from err
         result.reward_names.append(name)
-    weights = getattr(config, "reward_weights", None)
-    if weights is not None and not getattr(config, "overlong_punishment", False):
+    weights = config.reward_weights
+    if weights is not None and not config.overlong_punishment:
         if len(weights) != len(config.rewards):
             raise UserError(
                 f"reward_weights={weights} has {len(weights)} entries for "

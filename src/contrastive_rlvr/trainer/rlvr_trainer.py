@@ -38,6 +38,7 @@ from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_con
 from ..algorithms import get_recipe
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
+from .guards import check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .prefix import shared_prefix_logps
 from .shaping import with_overlong_penalty
@@ -80,7 +81,8 @@ class RLVRTrainer(GRPOTrainer):
     def __init__(self, model: Any, reward_funcs: Any, args: RLVRConfig, *rest: Any, **kwargs: Any):
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
-        super().__init__(model, with_overlong_penalty(reward_funcs, args), args, *rest, **kwargs)
+        funcs = guard_rewards(with_overlong_penalty(reward_funcs, args), args.nonfinite_rewards)
+        super().__init__(model, funcs, args, *rest, **kwargs)
         config: RLVRConfig = self.args
         self.recipe = get_recipe(config.recipe)
         self.loss = build_loss(config, self.recipe)
@@ -89,6 +91,7 @@ class RLVRTrainer(GRPOTrainer):
         self.skipped_updates = 0
         self._nonfinite_pending = False
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
         self.last_batch_stats: dict[str, torch.Tensor] = {}
         if self.ref_model is None and needs_reference(config):
             self.ref_model = self._build_reference_model()
@@ -99,6 +102,7 @@ class RLVRTrainer(GRPOTrainer):
             eos_token_ids=self.eos_token_ids,
             dataset_columns=getattr(self.train_dataset, "column_names", None),
             num_processes=self.accelerator.num_processes,
+            skipped_rows=lambda: self._skipped_rows,
         )
         self.pipelines = build_stages(config, facts)
         index = self.accelerator.process_index
@@ -206,12 +210,19 @@ class RLVRTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ TRL hook: rewards
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe."""
+        """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe,
+        checked for non-finite values (an error, or the group skipped: ``guards.py``)."""
         rewards_per_func = super()._calculate_rewards(
             inputs, prompts, completions, completion_ids_list
         )
-        self._last_rewards_per_func = rewards_per_func
-        return rewards_per_func
+        g = self.num_generations if self.model.training else self.num_generations_eval
+        checked = check_rewards(
+            rewards_per_func, self.reward_func_names, group_size=g,
+            on_nonfinite=self.args.nonfinite_rewards,
+        )  # fmt: skip
+        self._skipped_rows = checked.skipped_rows
+        self._last_rewards_per_func = checked.rewards
+        return checked.rewards
 
     def _total_rewards(self, mode: str) -> torch.Tensor:
         """Weighted sum of the reward functions (B_global,).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
@@ -14,11 +15,12 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
+from ..rewards.logging_callback import VerifierCountersCallback
 from .callbacks import MetricsJsonl, RichProgress
 from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
-from .guards import DEFAULT_SNAPSHOT_BYTES, AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
+from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
 
@@ -30,11 +32,6 @@ CONFIG_FILE = "config.yaml"
 #: Files and folders of a run in its output directory (``sft-model`` is a reusable
 #: warm start, not a run: compare copies it in before the run starts).
 RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
-#: Options read with getattr until RLVRConfig has them as fields (see docs/reliability.md).
-OVERWRITE_FIELD = "overwrite_output_dir"
-ALLOW_CHANGE_FIELD = "resume_allow_config_change"
-NONFINITE_FIELD = "nonfinite_rewards"
-SNAPSHOT_FIELD = "rollback_snapshot_max_bytes"
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
@@ -48,6 +45,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     from ..embedded import (
         EmbeddedSettings,
         TaskConfig,
+        WarmStartConfig,
         arithmetic_reward,
         build_embedded_default,
         heldout_accuracy,
@@ -58,8 +56,14 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     task = TaskConfig(terms=config.embedded_terms)
     sft_dir = out / SFT_DIR
     if not (sft_dir / "config.json").exists():
-        settings = EmbeddedSettings(seed=config.seed, task=task)
+        settings = EmbeddedSettings(
+            seed=config.seed,
+            task=task,
+            sft=WarmStartConfig(context_frac=config.embedded_sft_context_frac),
+        )
         build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
+    else:
+        _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
     model = AutoModelForCausalLM.from_pretrained(sft_dir)
     train, heldout = make_datasets(task)
@@ -73,11 +77,38 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         model=model,
         tokenizer=tokenizer,
         train=train,
-        rewards=[
-            guard_reward(arithmetic_reward, on_nonfinite=getattr(config, NONFINITE_FIELD, "error"))
-        ],
+        rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
+
+
+def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
+    """A reused ``sft-model`` (a rerun, or compare's cache) built with other settings than
+    this config's is used as it is, but said (remove it to build it anew)."""
+    from ..embedded import SETTINGS_FILE
+
+    record_file = sft_dir / SETTINGS_FILE
+    if not record_file.exists():
+        return
+    record = json.loads(record_file.read_text())
+    built = {
+        "seed": record.get("seed"),
+        "embedded_terms": record.get("task", {}).get("terms"),
+        "embedded_sft_context_frac": record.get("sft", {}).get("context_frac", 0.0),
+    }
+    wanted = {
+        "seed": config.seed,
+        "embedded_terms": config.embedded_terms,
+        "embedded_sft_context_frac": config.embedded_sft_context_frac,
+    }
+    diffs = [f"{k}: {built[k]!r} there, {v!r} here" for k, v in wanted.items() if built[k] != v]
+    if diffs:
+        logger.warning(
+            "reusing the warm start %s built with other settings (%s); remove it to build "
+            "it with this config's",
+            sft_dir,
+            "; ".join(diffs),
+        )
 
 
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
@@ -111,8 +142,7 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
-    policy = getattr(config, NONFINITE_FIELD, "error")
-    rewards = [guard_reward(fn, on_nonfinite=policy) for fn in checked.rewards]
+    rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
 
     def evaluate(m) -> float:
         gen = HFGenerator(
@@ -135,10 +165,15 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             scores = rewards[0](
                 [texts[i]] * config.eval_n, completions, answer=[answer] * config.eval_n
             )
-            correct.append([s > config.reward_threshold for s in scores])
+            # None (not scored) and skip_group's non-finite marker are not correct.
+            correct.append([_is_correct(s, config.reward_threshold) for s in scores])
         return avg_at_n(correct)
 
     return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+
+
+def _is_correct(score: float | None, threshold: float) -> bool:
+    return score is not None and math.isfinite(score) and score > threshold
 
 
 def load_run_inputs(
@@ -173,14 +208,14 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
     diffs = config_differences(saved, config.to_dict())
     if not diffs:
         return
-    if getattr(config, ALLOW_CHANGE_FIELD, False):
+    if config.resume_allow_config_change:
         logger.warning("resuming with a changed config: %s", "; ".join(diffs))
         shutil.copyfile(saved_file, out / "config.before-resume.yaml")
         return
     raise UserError(
         f"resume=True with a config that differs from {saved_file} in {len(diffs)} training "
         f"field(s): {'; '.join(diffs)}. Resume with the same settings, or set "
-        f"{ALLOW_CHANGE_FIELD}=true to continue with the new ones"
+        "resume_allow_config_change=true to continue with the new ones"
     )
 
 
@@ -199,11 +234,11 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     if not config.resume:
         found = holds_run(out)
         if found:
-            if not getattr(config, OVERWRITE_FIELD, False):
+            if not config.overwrite_output_dir:
                 raise UserError(
                     f"output_dir={str(out)!r} already holds a run ({', '.join(found[:4])}); "
-                    f"resume it with resume=true, choose another output_dir, or set "
-                    f"{OVERWRITE_FIELD}=true to replace it"
+                    "resume it with resume=true, choose another output_dir, or set "
+                    "overwrite_output_dir=true to replace it"
                 )
             logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
             _clear_run(out)
@@ -225,7 +260,7 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
         detail = "; ".join(f"{p.name}: {', '.join(why)}" for p, why in skipped)
         raise UserError(
             f"resume=True but no checkpoint in {out} is complete ({detail}); start the run "
-            f"again with {OVERWRITE_FIELD}=true"
+            "again with overwrite_output_dir=true"
         )
     for path, why in skipped:
         logger.warning("resume: skipped incomplete %s (%s)", path.name, "; ".join(why))
@@ -257,9 +292,7 @@ def train(
     started = time.perf_counter()
     before = parts["evaluate"](parts["model"])
     metrics = MetricsJsonl(out)
-    update_guard = NonFiniteUpdateGuard(
-        max_snapshot_bytes=getattr(config, SNAPSHOT_FIELD, DEFAULT_SNAPSHOT_BYTES)
-    )
+    update_guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
     trainer = RLVRTrainer(
         model=parts["model"],
         reward_funcs=parts["rewards"],
@@ -278,6 +311,8 @@ def train(
         "loss/nonfinite_total": trainer.nonfinite_losses,
         "guard/rolled_back_total": update_guard.rolled_back,
     }
+    # The verifier's trouble counters (math_verify rewards) in every logged step.
+    trainer.add_callback(VerifierCountersCallback(trainer))
     diagnostics = diagnostics_callback(trainer, out)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)

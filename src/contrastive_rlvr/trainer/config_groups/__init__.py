@@ -9,7 +9,7 @@ live in the combined class.
 """
 
 from .bicc import BiCCOptions
-from .common import check
+from .common import check, finite
 from .data import DataOptions
 from .diagnostics import DiagnosticsOptions
 from .rcc import RCCOptions
@@ -35,4 +35,5 @@ __all__ = [
     "RecipeOptions",
     "SeedMethodOptions",
     "check",
+    "finite",
 ]

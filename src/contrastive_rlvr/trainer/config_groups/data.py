@@ -1,11 +1,17 @@
-"""Model, data and run options: what to train on, held-out evaluation, resuming."""
+"""Model, data and run options: what to train on, held-out evaluation, resuming, and
+what a run does with non-finite numbers (docs/reliability.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
-from .common import check
+from ..guards import DEFAULT_SNAPSHOT_BYTES, NONFINITE_POLICIES
+from ..preflight import UserError
+from .common import check, finite
+
+#: Fields whose default is kept for the embedded model; setting them means a custom model.
+CUSTOM_ONLY = {"dataset": None, "rewards": ["math_verify"]}
 
 
 @dataclass
@@ -25,7 +31,7 @@ class DataOptions:
         default=None,
         metadata={
             "help": "Prompt dataset: a .jsonl/.parquet file or a Hugging Face dataset name. "
-            "Ignored for model='embedded', which builds its own arithmetic task."
+            "Not with model='embedded', which builds its own arithmetic task."
         },
     )
     rewards: list[str] = field(
@@ -54,7 +60,44 @@ class DataOptions:
         },
     )
     resume: bool = field(
-        default=False, metadata={"help": "Continue from the last checkpoint in output_dir."}
+        default=False,
+        metadata={
+            "help": "Continue from the newest complete checkpoint in output_dir (incomplete "
+            "ones are skipped and named); a finished run is only reported."
+        },
+    )
+    resume_allow_config_change: bool = field(
+        default=False,
+        metadata={
+            "help": "resume=true with training fields that differ from the run's config.yaml: "
+            "continue with the new values (the old file is kept as config.before-resume.yaml) "
+            "instead of stopping with an error that names each differing field."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "A fresh run (resume=false) into an output_dir that holds another run "
+            "(config.yaml, summary.json, metrics, checkpoints): remove that run's files first "
+            "instead of stopping with an error. The warm start sft-model/ is kept."
+        },
+    )
+    nonfinite_rewards: Literal["error", "skip_group"] = field(
+        default="error",
+        metadata={
+            "help": "A reward function returning NaN or +-inf: 'error' stops the run naming the "
+            "function and the row; 'skip_group' gives every row of that row's group no "
+            "advantage and no gradient, counted as reward/skipped_groups."
+        },
+    )
+    rollback_snapshot_max_bytes: int = field(
+        default=DEFAULT_SNAPSHOT_BYTES,
+        metadata={
+            "help": "Largest CPU copy (trainable parameters + optimizer state, bytes) kept "
+            "before each optimizer step, so that a step that makes the weights non-finite is "
+            "rolled back (counted); a larger model stops with an error at such a step. 0: no "
+            "copy."
+        },
     )
     eval_n: int = field(
         default=4, metadata={"help": "Samples per held-out problem for avg@n before and after RL."}
@@ -73,6 +116,14 @@ class DataOptions:
         default=None,
         metadata={"help": "Embedded default: SFT warm-start steps (None: its default; 0: none)."},
     )
+    embedded_sft_context_frac: float = field(
+        default=0.0,
+        metadata={
+            "help": "Embedded model: share of SFT demonstrations shown after a BiCC context of "
+            "opposite attempts that the demonstrator reads (docs/bicc.md); 0 is the plain warm "
+            "start."
+        },
+    )
     torch_threads: int = field(
         default=1,
         metadata={"help": "torch intra-op threads on CPU (1 is fastest on shared cores)."},
@@ -82,3 +133,42 @@ class DataOptions:
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
         check(self.heldout_size >= 1, "heldout_size", self.heldout_size, "must be >= 1")
+        check(
+            self.embedded_sft_steps is None or self.embedded_sft_steps >= 0,
+            "embedded_sft_steps",
+            self.embedded_sft_steps,
+            "must be >= 0 (0: no warm start)",
+        )
+        check(
+            finite(self.embedded_sft_context_frac) and 0 <= self.embedded_sft_context_frac <= 1,
+            "embedded_sft_context_frac",
+            self.embedded_sft_context_frac,
+            "must be in [0, 1] (0: the plain warm start)",
+        )
+        check(
+            self.eval_limit is None or self.eval_limit >= 1,
+            "eval_limit",
+            self.eval_limit,
+            "must be >= 1 (or unset for all)",
+        )
+        check(
+            self.nonfinite_rewards in NONFINITE_POLICIES,
+            "nonfinite_rewards",
+            self.nonfinite_rewards,
+            f"choose one of {', '.join(NONFINITE_POLICIES)}",
+        )
+        check(
+            self.rollback_snapshot_max_bytes >= 0,
+            "rollback_snapshot_max_bytes",
+            self.rollback_snapshot_max_bytes,
+            "must be >= 0 (0: no rollback copy)",
+        )
+        if self.model == "embedded":
+            for name, default in CUSTOM_ONLY.items():
+                value = getattr(self, name)
+                if value != default:
+                    raise UserError(
+                        f"{name}={value!r} is given with model='embedded', which brings its own "
+                        f"arithmetic task and reward; drop --{name}, or set --model to the "
+                        "model to train on this dataset"
+                    )

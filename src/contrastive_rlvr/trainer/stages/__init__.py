@@ -10,6 +10,7 @@ from .diagnostics import BatchDiagnostics
 from .dynamic_sampling import DynamicSampling, PromptWalk
 from .hinted_round import HintedRound
 from .logprobs import LogProbPasses
+from .nonfinite import RestoreSkippedRewards, SkipNonFiniteGroups
 from .reco import OccurrenceWeights
 from .rewards import RowRewards
 from .verigate import ProcessAdvantages
@@ -26,8 +27,10 @@ __all__ = [
     "Pipeline",
     "ProcessAdvantages",
     "PromptWalk",
+    "RestoreSkippedRewards",
     "RowRewards",
     "RunFacts",
+    "SkipNonFiniteGroups",
     "Stage",
     "StageContext",
     "build_stages",

@@ -19,6 +19,7 @@ from .diagnostics import BatchDiagnostics
 from .dynamic_sampling import DynamicSampling
 from .hinted_round import HintedRound
 from .logprobs import LogProbPasses
+from .nonfinite import RestoreSkippedRewards, SkipNonFiniteGroups
 from .reco import OccurrenceWeights
 from .rewards import RowRewards
 from .verigate import ProcessAdvantages
@@ -47,6 +48,9 @@ class RunFacts:
     dataset_columns: Sequence[str] | None = None
     num_processes: int = 1
     render_chat: Callable[[list[dict]], Sequence[int]] | None = None
+    #: The (B_global,) rows of groups skipped for a non-finite reward at the batch's last
+    #: scoring (``nonfinite_rewards="skip_group"``; the trainer's reward check sets it).
+    skipped_rows: Callable[[], Any] | None = None
 
 
 def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # noqa: ANN001, ANN201
@@ -96,6 +100,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     if cfg.dynamic_sampling:
         resample.append(DynamicSampling(max_rounds=cfg.dynamic_sampling_max_rounds))
 
+    skip, restore = _skip_stages(cfg, facts, resampling=bool(resample))
     stages: list = [RowRewards()]
     old_for_bicc = cfg.bicc and cfg.bicc_ratio_mode == "paper"
     if old_for_bicc or facts.has_reference:
@@ -145,7 +150,23 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             rcc_bound=cfg.rcc_bound,
         )
     )
-    return {"train": Pipeline(resample + stages), "eval": Pipeline(stages)}
+    return {
+        "train": Pipeline(skip + resample + restore + stages),
+        "eval": Pipeline(skip + stages),
+    }
+
+
+def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]:  # noqa: ANN001
+    """``nonfinite_rewards="skip_group"``: the stage that masks skipped groups first, and
+    (with stages that sample again) the one that restores their rewards after those."""
+    if cfg.nonfinite_rewards != "skip_group":
+        return [], []
+    if facts.skipped_rows is None:
+        raise ValueError("nonfinite_rewards='skip_group' needs RunFacts.skipped_rows")
+    skip = SkipNonFiniteGroups(
+        facts.skipped_rows, hold_for_resampling=resampling, threshold=cfg.reward_threshold
+    )
+    return [skip], [RestoreSkippedRewards()] if resampling else []
 
 
 def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: ANN001

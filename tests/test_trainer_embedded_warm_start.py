@@ -1,0 +1,43 @@
+"""The embedded reading warm start from the run config: ``embedded_sft_context_frac``
+reaches the warm start a run builds, and compare's warm-start cache keys on it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+
+from contrastive_rlvr.trainer.parse import parse_config
+from contrastive_rlvr.trainer.run import SFT_DIR, load_run_inputs
+
+
+def _settings(out):  # noqa: ANN001, ANN202
+    return json.loads((out / SFT_DIR / "embedded_settings.json").read_text())
+
+
+def test_context_frac_reaches_the_saved_warm_start(tmp_path, caplog):
+    torch.set_num_threads(1)
+    args = ["--embedded_sft_steps", "2", "--embedded_sft_context_frac", "0.5"]
+    load_run_inputs(parse_config(None, [*args, "--output_dir", str(tmp_path)]), tmp_path)
+    record = _settings(tmp_path)
+    assert record["sft"]["context_frac"] == 0.5 and record["sft_steps_run"] == 2
+    # The default: the plain warm start.
+    plain = tmp_path / "plain"
+    load_run_inputs(parse_config(None, ["--embedded_sft_steps", "2"]), plain)
+    assert _settings(plain)["sft"]["context_frac"] == 0.0
+    # Reusing a warm start built with another share says so.
+    with caplog.at_level(logging.WARNING, logger="contrastive_rlvr.trainer.run"):
+        load_run_inputs(parse_config(None, ["--embedded_sft_steps", "2"]), tmp_path)
+    assert "embedded_sft_context_frac: 0.5 there, 0.0 here" in caplog.text
+
+
+def test_compare_shares_a_warm_start_only_with_the_same_context_frac(tmp_path):
+    from contrastive_rlvr.compare import _sft_key, make_spec
+
+    plain = make_spec(None, output_dir=tmp_path / "a")
+    reading = make_spec(None, output_dir=tmp_path / "b",
+                        overrides=["--embedded_sft_context_frac", "0.25"])  # fmt: skip
+    assert _sft_key(plain, 0)["embedded_sft_context_frac"] == 0.0
+    assert _sft_key(reading, 0)["embedded_sft_context_frac"] == 0.25
+    assert _sft_key(plain, 0) != _sft_key(reading, 0)
