@@ -109,6 +109,7 @@ def train(
         typer.echo(config_help())
         raise typer.Exit(0)
     cfg = _run(parse_config, config, list(ctx.args))
+    typer.echo(f"base configuration: {cfg.base_config}")
     summary = _run(run_training, cfg)
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "

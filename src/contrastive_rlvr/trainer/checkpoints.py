@@ -45,7 +45,7 @@ NON_TRAINING_FIELDS = frozenset(
         "log_on_each_node", "log_completions", "num_completions_to_print", "logging_steps",
         "logging_strategy", "logging_first_step", "logging_nan_inf_filter",
         "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor",
-        "dataloader_pin_memory",
+        "dataloader_pin_memory", "base_config",
     }
 )  # fmt: skip
 

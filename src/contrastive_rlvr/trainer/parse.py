@@ -74,8 +74,6 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     parser = HfArgumentParser(RLVRConfig)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
-    # An attribute until the model/data group declares ``base_config`` as a field; then it
-    # is that field (and config.yaml records it).
     config.base_config = str(base)
     return config
 

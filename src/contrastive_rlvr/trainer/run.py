@@ -288,6 +288,7 @@ def train(
         return finished
     out.mkdir(parents=True, exist_ok=True)
     save_resolved_config(config, out / CONFIG_FILE)
+    logger.info("base configuration: %s", config.base_config or "none (built in code)")
     parts = load_run_inputs(config, out, checked)
     started = time.perf_counter()
     before = parts["evaluate"](parts["model"])

@@ -128,6 +128,14 @@ class DataOptions:
         default=1,
         metadata={"help": "torch intra-op threads on CPU (1 is fastest on shared cores)."},
     )
+    base_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Set by the parser, not an option: the YAML the values started from "
+            "(--config, else the shipped embedded.yaml for the embedded model or paper.yaml "
+            "for any other --model); recorded in config.yaml and the log."
+        },
+    )
 
     def validate_data(self) -> None:
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
