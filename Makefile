@@ -13,7 +13,7 @@ VERL_STAMP := $(VERL_VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test demo lint setup
+.PHONY: test demo lint setup trl-parity
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,3 +42,11 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# TRL's own GRPO tests, offline, against stock GRPOTrainer and RLVRTrainer (docs/trl-parity.md).
+# TRL_PARITY_ARGS passes options through, e.g. TRL_PARITY_ARGS="-k test_train_loss_types".
+# peft and jmespath (the suite's PEFT and tool tests) go into .trl-suite/site, not the venv.
+trl-parity: $(STAMP)
+	test -d .trl-suite/site/peft || $(PY) -m pip install -q --no-deps --target .trl-suite/site \
+		-r benchmarks/trl_parity/requirements.txt
+	$(PY) benchmarks/trl_parity/run.py $(TRL_PARITY_ARGS)
