@@ -40,7 +40,9 @@ def test_the_config_picks_the_pass_and_the_objective(tmp_path):
     ):
         loss = build_loss(config(tmp_path, recipe=recipe), get_recipe(recipe))
         assert isinstance(loss, TRLLoss) and loss.name == name and not loss.conditioned
-    assert build_loss(config(tmp_path, bicc=True), get_recipe("grpo")).conditioned
+        assert loss.logps.keys == ("prompt_ids", "prompt_mask")
+    conditioned = build_loss(config(tmp_path, bicc=True), get_recipe("grpo"))
+    assert conditioned.conditioned and conditioned.logps.keys[0] == "bicc_prompt_ids"
     # The others run the project's loss.
     loss = build_loss(config(tmp_path, recipe="gmpo"), get_recipe("gmpo"))
     assert loss.name == "gmpo" and loss.logps.keys == ("prompt_ids", "prompt_mask")

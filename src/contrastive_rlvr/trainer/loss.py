@@ -278,14 +278,13 @@ class TRLLoss:
 
     def __init__(self, name: str, *, conditioned: bool) -> None:
         self.name, self.conditioned = name, conditioned
+        # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
+        self.logps = PolicyLogps(conditioned=conditioned)
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
         if self.conditioned:
-            inputs = {
-                **inputs,
-                "prompt_ids": inputs["bicc_prompt_ids"],
-                "prompt_mask": inputs["bicc_prompt_mask"],
-            }
+            ids, mask = self.logps.keys
+            inputs = {**inputs, "prompt_ids": inputs[ids], "prompt_mask": inputs[mask]}
         return ctx.trl_loss(model, inputs), {}
 
 
