@@ -18,9 +18,9 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 - ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
-- ``_compute_loss``: the run's :class:`~.loss.Loss` on the micro-batch; a
-  non-finite loss is counted and its update skipped (see
-  :class:`SkipNonFiniteUpdates`).
+- ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
+  TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
+  (see :class:`SkipNonFiniteUpdates`).
 """
 
 from __future__ import annotations
