@@ -14,7 +14,7 @@ import contrastive_rlvr.trainer.loss as loss_module
 import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
 from contrastive_rlvr.algorithms import group_advantages, rcc_advantages
 from contrastive_rlvr.trainer.batching import group_permutation
-from contrastive_rlvr.trainer.loss import build_loss
+from contrastive_rlvr.trainer.loss import Loss, PolicyLogps
 
 
 @pytest.fixture(scope="module")
@@ -178,14 +178,15 @@ def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_pat
         return (loss * float("nan") if calls["n"] == 1 else loss), metrics
 
     monkeypatch.setattr(loss_module, "policy_loss", nan_first)
-    config = make_config(tmp_path, max_steps=1)
+    # GMPO runs the project's loss (the recipes TRL has run TRL's, see test_trl_parity_loss).
+    config = make_config(tmp_path, max_steps=1, recipe="gmpo")
     trainer = make_trainer(model_dir, config)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.nonfinite_losses == 1 and trainer.skipped_updates == 1
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True))
     # The next step is finite and updates the weights.
-    config2 = make_config(tmp_path, max_steps=2)
+    config2 = make_config(tmp_path, max_steps=2, recipe="gmpo")
     trainer2 = make_trainer(model_dir, config2)
     calls["n"] = 0
     trainer2.train()
@@ -208,12 +209,11 @@ def test_bicc_mix_averages_conditioned_and_plain_losses(model_dir, tmp_path):
         return torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
 
     mixed = grads()
-    # The loss is chosen once from the config: rebuild it for each setting.
-    config.bicc_mix = 1.0
-    trainer.loss = build_loss(config, trainer.recipe)
+    # The same objective on each prompt alone (bicc_mix 1 alone would run TRL's loss).
+    objective = trainer.loss.objective
+    trainer.loss = Loss(PolicyLogps(conditioned=True), objective)
     conditioned = grads()
-    config.bicc = False
-    trainer.loss = build_loss(config, trainer.recipe)
+    trainer.loss = Loss(PolicyLogps(conditioned=False), objective)
     plain = grads()
     # 0.25 of the loss on the conditioned prompts, 0.75 on the plain ones.
     torch.testing.assert_close(mixed, 0.25 * conditioned + 0.75 * plain, atol=1e-6, rtol=1e-4)

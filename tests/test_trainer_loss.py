@@ -10,12 +10,16 @@ from contrastive_rlvr.algorithms import get_recipe
 from contrastive_rlvr.trainer import RLVRConfig
 from contrastive_rlvr.trainer.loss import (
     ContrastiveObjective,
+    Loss,
     LossContext,
     MixedLoss,
+    PolicyLogps,
     PolicyObjective,
+    TRLLoss,
     build_loss,
     old_logps,
     reco_options,
+    without_tool_tokens,
 )
 
 
@@ -27,9 +31,22 @@ def config(tmp_path, **fields) -> RLVRConfig:  # noqa: ANN001
 
 
 def test_the_config_picks_the_pass_and_the_objective(tmp_path):
-    loss = build_loss(config(tmp_path), get_recipe("grpo"))
-    assert loss.name == "grpo" and loss.logps.keys == ("prompt_ids", "prompt_mask")
-    loss = build_loss(config(tmp_path, bicc=True), get_recipe("grpo"))
+    # The recipes TRL has run TRL's loss, BiCC's on the conditioned prompt.
+    for recipe, name in (
+        ("grpo", "grpo"),
+        ("dr_grpo", "dr_grpo"),
+        ("dapo", "dapo"),
+        ("gspo", "gspo"),
+    ):
+        loss = build_loss(config(tmp_path, recipe=recipe), get_recipe(recipe))
+        assert isinstance(loss, TRLLoss) and loss.name == name and not loss.conditioned
+        assert loss.logps.keys == ("prompt_ids", "prompt_mask")
+    conditioned = build_loss(config(tmp_path, bicc=True), get_recipe("grpo"))
+    assert conditioned.conditioned and conditioned.logps.keys[0] == "bicc_prompt_ids"
+    # The others run the project's loss.
+    loss = build_loss(config(tmp_path, recipe="gmpo"), get_recipe("gmpo"))
+    assert loss.name == "gmpo" and loss.logps.keys == ("prompt_ids", "prompt_mask")
+    loss = build_loss(config(tmp_path, recipe="gmpo", bicc=True), get_recipe("gmpo"))
     assert loss.logps.keys == ("bicc_prompt_ids", "bicc_prompt_mask") and loss.logps.conditioned
     assert isinstance(build_loss(config(tmp_path, bicc=True, bicc_mix=0.5), get_recipe("grpo")),
                       MixedLoss)  # fmt: skip
@@ -40,6 +57,55 @@ def test_the_config_picks_the_pass_and_the_objective(tmp_path):
     assert build_loss(gspo, get_recipe("gspo")).name == "gspo_token"
     sampling = config(tmp_path, rcc=True, rcc_reference="sampling")
     assert build_loss(sampling, get_recipe("grpo")).objective.sampling_rcc.coef == 2.0
+
+
+def test_trl_loss_reads_the_conditioned_prompt():
+    seen = []
+
+    def trl_loss(model, inputs):  # noqa: ANN001
+        seen.append(inputs)
+        return torch.tensor(1.5)
+
+    inputs = {
+        "prompt_ids": torch.ones(2, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(2, 1),
+        "bicc_prompt_ids": torch.full((2, 3), 9),
+        "bicc_prompt_mask": torch.zeros(2, 3),
+    }
+    ctx = LossContext(logps=None, group_size=2, trl_loss=trl_loss)
+    loss, metrics = TRLLoss("grpo", conditioned=True)(None, inputs, ctx)
+    assert loss.item() == 1.5 and metrics == {}
+    assert seen[0]["prompt_ids"].tolist() == [[9, 9, 9]] * 2
+    assert seen[0]["prompt_mask"].sum() == 0 and inputs["prompt_ids"].tolist() == [[1], [1]]
+    TRLLoss("grpo", conditioned=False)(None, inputs, ctx)
+    assert seen[1] is inputs
+
+
+def test_tool_tokens_get_no_gradient_in_the_project_loss():
+    inputs = {
+        "completion_mask": torch.tensor([[1.0, 1.0, 0.0]]),
+        "tool_mask": torch.tensor([[1, 0, 1]]),
+    }
+    assert without_tool_tokens(inputs)["completion_mask"].tolist() == [[1.0, 0.0, 0.0]]
+    assert (
+        without_tool_tokens({"completion_mask": inputs["completion_mask"]})["completion_mask"]
+        is inputs["completion_mask"]
+    )
+
+    # Through a loss: the token under tool_mask 0 carries no gradient.
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+        assert completion_mask.tolist() == [[1.0, 1.0, 0.0]]  # the forward keeps the full mask
+        return logp
+
+    logp = torch.zeros(1, 3, requires_grad=True)
+    batch = {
+        **inputs, "prompt_ids": torch.ones(1, 1, dtype=torch.long), "prompt_mask": torch.ones(1, 1),
+        "completion_ids": torch.zeros(1, 3, dtype=torch.long),
+    }  # fmt: skip
+    Loss(PolicyLogps(conditioned=False), SumObjective(masked=True))(
+        None, batch, LossContext(logps, 1)
+    )[0].backward()
+    assert logp.grad.tolist() == [[1.0, 0.0, 0.0]]
 
 
 def test_normalisers_count_the_whole_window():
@@ -84,11 +150,17 @@ def test_old_logps_guided_rows_take_their_sampling_logps():
 
 
 class SumObjective:
-    """A stand-in objective: the sum of the log-probs, x10 on the plain share."""
+    """A stand-in objective: the sum of the log-probs (on the mask's tokens when
+    ``masked``), x10 on the plain share."""
 
     name = "sum"
 
+    def __init__(self, masked: bool = False) -> None:
+        self.masked = masked
+
     def __call__(self, logp, inputs, ctx, *, plain=False):  # noqa: ANN001
+        if self.masked:
+            logp = logp * inputs["completion_mask"]
         return logp.sum() * (10.0 if plain else 1.0), {}
 
 

@@ -27,6 +27,7 @@ from .config_groups import (
     check,
     finite,
 )
+from .trl_settings import check_project_loss_options
 
 
 @dataclass
@@ -135,6 +136,7 @@ class RLVRConfig(
                 "reference recomputes per-row advantages at loss time, which would drop "
                 f"{method}'s advantages; use rcc_reference='reference'"
             )
+        check_project_loss_options(self)
 
     def _validate_whole_groups(self) -> None:
         """ConSPO and RCC's sampling reference need whole groups in every micro-batch."""

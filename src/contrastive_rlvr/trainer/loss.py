@@ -12,9 +12,13 @@ already scaled for gradient accumulation. It is made of
 - with BiCC's ``bicc_mix < 1``, a :class:`MixedLoss` that puts that share on the
   conditioned prompts and the rest on the plain ones.
 
-Another loss (for example TRL's own ``_compute_loss`` for the recipes TRL has,
-on the inputs the stages prepared) is one more class with the same call, picked
-in :func:`build_loss`.
+For the recipes TRL has (:mod:`.trl_settings`), :class:`TRLLoss` runs TRL's own
+``GRPOTrainer._compute_loss`` on the inputs the stages prepared (advantages, old /
+reference log-probs; BiCC's conditioned prompt ids in place of ``prompt_ids``), so TRL's
+loss-side features (vLLM importance sampling, ``tool_mask``, entropy bonus, MoE router
+loss, top-entropy mask, ``delta``) apply as in TRL. The project's loss honours
+``tool_mask`` (tool-response tokens get no gradient) and, in the trainer, the router
+loss; the config rejects TRL's other loss options with it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..algorithms import (
     seed_method_loss,
     sequence_delta,
 )
+from .trl_settings import uses_trl_loss
 
 Metrics = dict[str, torch.Tensor]
 
@@ -52,6 +57,7 @@ class LossContext:
         steps_per_generation: micro-batches per generation batch.
         num_processes: data-parallel processes (DDP averages their gradients).
         progress: training progress in [0, 1] (ConSPO's margin schedule).
+        trl_loss: ``(model, inputs) -> loss``, TRL's ``_compute_loss`` (for :class:`TRLLoss`).
     """
 
     logps: Callable[..., torch.Tensor]
@@ -60,6 +66,7 @@ class LossContext:
     steps_per_generation: int = 1
     num_processes: int = 1
     progress: float = 0.0
+    trl_loss: Callable[[Any, dict], torch.Tensor] | None = None
 
 
 class PolicyLogps:
@@ -242,6 +249,15 @@ class ContrastiveObjective:
         return loss / ctx.accum, metrics
 
 
+def without_tool_tokens(inputs: dict) -> dict:
+    """The micro-batch with TRL's ``tool_mask`` (B, T; 0 on tool-response tokens) folded
+    into the objective's ``completion_mask``: those tokens are context, not the policy's
+    output, so they get no gradient (as in TRL's loss). The forward keeps the full mask."""
+    if "tool_mask" not in inputs:
+        return inputs
+    return {**inputs, "completion_mask": inputs["completion_mask"] * inputs["tool_mask"]}
+
+
 class Loss:
     """The policy log-prob pass then the objective."""
 
@@ -250,7 +266,26 @@ class Loss:
         self.name = objective.name
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
-        return self.objective(self.logps(model, inputs, ctx), inputs, ctx)
+        return self.objective(self.logps(model, inputs, ctx), without_tool_tokens(inputs), ctx)
+
+
+class TRLLoss:
+    """TRL's own ``_compute_loss`` on the micro-batch the stages prepared (the recipe's
+    TRL settings are in the config, :mod:`.trl_settings`). With BiCC (``bicc_mix`` 1) the
+    policy reads the conditioned prompt: TRL's loss takes ``prompt_ids`` / ``prompt_mask``
+    from the inputs, so they are BiCC's; old / reference log-probs are the stages' (the
+    ratio mode's). TRL logs its own metrics; none are returned here."""
+
+    def __init__(self, name: str, *, conditioned: bool) -> None:
+        self.name, self.conditioned = name, conditioned
+        # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
+        self.logps = PolicyLogps(conditioned=conditioned)
+
+    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
+        if self.conditioned:
+            ids, mask = self.logps.keys
+            inputs = {**inputs, "prompt_ids": inputs[ids], "prompt_mask": inputs[mask]}
+        return ctx.trl_loss(model, inputs), {}
 
 
 class MixedLoss(Loss):
@@ -264,12 +299,16 @@ class MixedLoss(Loss):
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
         loss, metrics = super().__call__(model, inputs, ctx)
-        plain, _ = self.objective(self.plain_logps(model, inputs, ctx), inputs, ctx, plain=True)
+        plain_logp = self.plain_logps(model, inputs, ctx)
+        plain, _ = self.objective(plain_logp, without_tool_tokens(inputs), ctx, plain=True)
         return self.mix * loss + (1.0 - self.mix) * plain, metrics
 
 
-def build_loss(cfg, recipe: Recipe) -> Loss:  # noqa: ANN001
-    """The loss of a run, from its config (an :class:`~.config.RLVRConfig`)."""
+def build_loss(cfg, recipe: Recipe) -> Loss | TRLLoss:  # noqa: ANN001
+    """The loss of a run, from its config (an :class:`~.config.RLVRConfig`): TRL's for
+    the recipes TRL has (:func:`~.trl_settings.uses_trl_loss`), else the project's."""
+    if uses_trl_loss(cfg):
+        return TRLLoss(recipe.loss or cfg.recipe, conditioned=cfg.bicc)
     sampling_rcc = None
     if cfg.rcc and cfg.rcc_reference == "sampling":
         sampling_rcc = SamplingRCC(coef=cfg.rcc_coef, reduce=cfg.rcc_delta)

@@ -18,14 +18,14 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 - ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
-- ``_compute_loss``: the run's :class:`~.loss.Loss` on the micro-batch; a
-  non-finite loss is counted and its update skipped (see
-  :class:`SkipNonFiniteUpdates`).
+- ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
+  TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
+  (see :class:`SkipNonFiniteUpdates`).
 """
 
 from __future__ import annotations
 
-import copy
+import functools
 import time
 from typing import Any
 
@@ -33,16 +33,17 @@ import torch
 from accelerate.utils import gather, gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id
+from trl.trainer.utils import get_config_model_id
 
-from ..algorithms import get_recipe
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
 from .guards import check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .prefix import shared_prefix_logps
+from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
+from .trl_settings import effective_recipe
 
 
 class SkipNonFiniteUpdates(TrainerCallback):
@@ -78,13 +79,24 @@ class RLVRTrainer(GRPOTrainer):
     :class:`RLVRConfig`. See the module docstring for the overridden hooks.
     """
 
-    def __init__(self, model: Any, reward_funcs: Any, args: RLVRConfig, *rest: Any, **kwargs: Any):
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: RLVRConfig | None = None,
+        *rest: Any,
+        **kwargs: Any,
+    ):
+        if args is None:  # as TRL: a default config named after the model
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
-        funcs = guard_rewards(with_overlong_penalty(reward_funcs, args), args.nonfinite_rewards)
+        funcs = [] if reward_funcs is None else reward_funcs  # environments own the reward
+        funcs = guard_rewards(with_overlong_penalty(funcs, args), args.nonfinite_rewards)
         super().__init__(model, funcs, args, *rest, **kwargs)
         config: RLVRConfig = self.args
-        self.recipe = get_recipe(config.recipe)
+        self.recipe = effective_recipe(config)
         self.loss = build_loss(config, self.recipe)
         self.loss_name = self.loss.name
         self.nonfinite_losses = 0
@@ -92,13 +104,17 @@ class RLVRTrainer(GRPOTrainer):
         self._nonfinite_pending = False
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
+        self._aux_losses: list[torch.Tensor] = []
         self.last_batch_stats: dict[str, torch.Tensor] = {}
-        if self.ref_model is None and needs_reference(config):
-            self.ref_model = self._build_reference_model()
+        adapter = is_adapter(self.accelerator.unwrap_model(self.model))
+        # A PEFT adapter's reference is its base model with the adapter off, as TRL's.
+        self._adapter_reference = adapter and needs_reference(config)
+        if self.ref_model is None and needs_reference(config) and not adapter:
+            self.ref_model = frozen_copy(self)
         facts = RunFacts(
             tokenizer=self._tokenizer,
             group_size=self.num_generations,
-            has_reference=self.ref_model is not None,
+            has_reference=self.ref_model is not None or self._adapter_reference,
             eos_token_ids=self.eos_token_ids,
             dataset_columns=getattr(self.train_dataset, "column_names", None),
             num_processes=self.accelerator.num_processes,
@@ -108,33 +124,6 @@ class RLVRTrainer(GRPOTrainer):
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         self.add_callback(SkipNonFiniteUpdates(self))
-
-    def _build_reference_model(self) -> torch.nn.Module:
-        """A frozen copy of the initial policy (this runs before any update, and before a
-        checkpoint's weights are loaded on resume)."""
-        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            # Sharded weights cannot be copied in place: rebuild from the path, as TRL does.
-            from trl.models import prepare_deepspeed, prepare_fsdp
-
-            model = self.accelerator.unwrap_model(self.model)
-            ref = create_model_from_path(get_config_model_id(model.config), dtype=model.dtype)
-            ref.eval().requires_grad_(False)
-            add_fused_lm_head(ref, temperature=self.temperature)
-            prepare = prepare_deepspeed if self.is_deepspeed_enabled else prepare_fsdp
-            return prepare(ref, self.accelerator)
-        model = self.accelerator.unwrap_model(self.model)
-        if hasattr(model, "peft_config"):
-            raise ValueError(
-                "rcc, log_delta and beta > 0 need a frozen reference model, which this trainer "
-                "does not build for a PEFT adapter yet: set rcc=False, log_delta=False, beta=0"
-            )
-        ref = copy.deepcopy(model)
-        # The copy carries the policy's patched forward, which closes over the policy itself:
-        # drop it and patch the copy's own.
-        ref.__dict__.pop("forward", None)
-        ref.eval().requires_grad_(False)
-        add_fused_lm_head(ref, temperature=self.temperature)
-        return self.accelerator.prepare_model(ref, evaluation_mode=True)
 
     # ------------------------------------------------------------------ shared plumbing
 
@@ -153,9 +142,12 @@ class RLVRTrainer(GRPOTrainer):
         ``share_prefix``: encode each distinct prompt once (:mod:`.prefix`; same values).
         It needs the model's key/value cache, so it is skipped under gradient
         checkpointing, and under DDP, whose wrapper expects one forward per backward.
+        With gradient, a MoE model's router loss is kept for ``_compute_loss`` (TRL's).
         """
+        aux = self.aux_loss_enabled and torch.is_grad_enabled()
         if (
             share_prefix
+            and not aux
             and self.args.share_prefix
             and not self.args.gradient_checkpointing
             and self.accelerator.num_processes == 1
@@ -168,9 +160,11 @@ class RLVRTrainer(GRPOTrainer):
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attn = torch.cat([prompt_mask, completion_mask], dim=1)
         batch_size = self.args.per_device_train_batch_size
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            model, ids, attn, completion_ids.size(1), batch_size=batch_size
+        logps, _, aux_loss = self._get_per_token_logps_and_entropies(
+            model, ids, attn, completion_ids.size(1), batch_size=batch_size, compute_aux_loss=aux
         )
+        if aux_loss is not None:
+            self._aux_losses.append(aux_loss)
         return logps
 
     def _no_grad_logps(self, model: torch.nn.Module):
@@ -179,6 +173,15 @@ class RLVRTrainer(GRPOTrainer):
                 return self._logps(model, *tensors, share_prefix=share_prefix)
 
         return logps
+
+    def _reference_logps(self):
+        """No-grad log-probs under pi_ref: the frozen copy, or the adapter-disabled base."""
+        if self.ref_model is not None:
+            return self._no_grad_logps(self.ref_model)
+        if self._adapter_reference:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            return adapter_reference(unwrapped, self._no_grad_logps(self.model))
+        return None
 
     def _process_rows(self, num_local: int) -> slice:
         start = self.accelerator.process_index * num_local
@@ -196,7 +199,7 @@ class RLVRTrainer(GRPOTrainer):
             gather_object=gather_object,
             log=lambda key, value: self._log(mode, key, value),
             policy_logps=self._no_grad_logps(self.model),
-            reference_logps=None if self.ref_model is None else self._no_grad_logps(self.ref_model),
+            reference_logps=self._reference_logps(),
             process_index=acc.process_index,
             num_processes=acc.num_processes,
             pad_across_processes=acc.pad_across_processes,
@@ -273,17 +276,26 @@ class RLVRTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ TRL hook: loss
 
     def _compute_loss(self, model, inputs):
-        """TRL hook: the run's loss on this micro-batch (scaled for gradient accumulation)."""
+        """TRL hook: the run's loss on this micro-batch (scaled for gradient accumulation):
+        TRL's own ``_compute_loss`` for the recipes TRL has (:mod:`.trl_settings`), else the
+        project's, plus a MoE model's router loss as TRL adds it."""
         mode = "train" if self.model.training else "eval"
+        accum = self.current_gradient_accumulation_steps if mode == "train" else 1
         ctx = LossContext(
             logps=self._logps,
-            group_size=self.num_generations,
-            accum=self.current_gradient_accumulation_steps if mode == "train" else 1,
+            group_size=self.num_generations if mode == "train" else self.num_generations_eval,
+            accum=accum,
             steps_per_generation=self.args.steps_per_generation,
             num_processes=self.accelerator.num_processes,
             progress=self.state.global_step / max(self.state.max_steps, 1),
+            trl_loss=functools.partial(GRPOTrainer._compute_loss, self),
         )
+        self._aux_losses = []
         loss, metrics = self.loss(model, inputs, ctx)
+        if self._aux_losses:  # the project's loss: TRL's router-loss term and metric
+            aux_loss = torch.stack(self._aux_losses).mean()
+            loss = loss + self.router_aux_loss_coef * aux_loss / accum
+            self._log(mode, "aux_loss", self.accelerator.gather_for_metrics(aux_loss).mean())
         if not torch.isfinite(loss):
             self.nonfinite_losses += 1
             self._nonfinite_pending = True

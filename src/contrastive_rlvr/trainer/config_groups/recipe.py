@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...algorithms import AGG_MODES, RECIPES, get_recipe
+from ..trl_settings import resolve_clip, resolve_kl, resolve_loss_type, resolve_scale_rewards
 from .common import check
 
 
@@ -40,6 +41,38 @@ class RecipeOptions:
         metadata={
             "help": f"Token aggregation for grpo/dapo/dr_grpo: one of {', '.join(AGG_MODES)}. "
             "None: the recipe's own."
+        },
+    )
+    # TRL's loss fields, unset by default so that the recipe fills them
+    # (trainer/trl_settings.py: honoured, or rejected naming the project's field).
+    epsilon: float | None = field(
+        default=None,
+        metadata={"help": "TRL's name for clip_low (set one of them). None: the recipe's value."},
+    )
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's loss_type. None: the recipe's (grpo: grpo, dr_grpo: dr_grpo, dapo: "
+            "dapo, gspo: grpo). Any TRL value with the recipes TRL has; with the project's "
+            "losses only grpo, dapo, dr_grpo (as loss_agg)."
+        },
+    )
+    importance_sampling_level: str | None = field(
+        default=None,
+        metadata={"help": "TRL's token / sequence ratio. None: sequence for gspo, else token."},
+    )
+    scale_rewards: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's advantage scaling: group, none or batch. None: the recipe's (none for "
+            "dr_grpo, else group)."
+        },
+    )
+    use_bias_correction_kl: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's importance weight on the KL term. None: False (the papers' k3 KL); "
+            "True needs a recipe TRL has."
         },
     )
     adv_eps: float = field(default=1e-6, metadata={"help": "eps in (R - mean) / (std + eps)."})
@@ -118,6 +151,12 @@ class RecipeOptions:
             self.overlong_punishment = recipe.overlong_punishment
         if self.overlong_punishment and self.overlong_cache_len is None:
             self.overlong_cache_len = max(1, (self.max_completion_length or 1) // 4)
+        # TRL's own loss fields: honoured (mapped onto TRL's or the project's loss) or
+        # rejected naming the project's field.
+        resolve_clip(self)
+        resolve_loss_type(self)
+        resolve_scale_rewards(self)
+        resolve_kl(self)
 
     def validate_recipe_layout(self) -> None:
         """Checks that need TRL's resolved lengths."""

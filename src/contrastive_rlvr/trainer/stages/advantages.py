@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ...algorithms import DEFAULT_RCC_BOUND, Recipe, recipe_advantages
 from .base import Batch, StageContext
 
@@ -42,6 +44,15 @@ class Advantages:
         delta = batch.shared["delta"] if self.rcc else None
         if self.recipe.objective == "contrastive" and delta is None:
             return batch  # plain ConSPO: a fixed reward threshold, no advantages
+        if ctx.group_size == 1:  # evaluation with num_generations_eval=1: no group, A = 0
+            zeros = torch.zeros_like(batch.rewards)
+            rows = ctx.rows(batch.data["completion_ids"].size(0))
+            if self.recipe.objective == "contrastive":
+                batch.data["conspo_baseline"] = batch.rewards[rows]
+            else:
+                batch.data["advantages"] = zeros[rows]
+                batch.shared["outcome_advantages"] = zeros
+            return batch
         values = recipe_advantages(
             self.recipe,
             batch.rewards,

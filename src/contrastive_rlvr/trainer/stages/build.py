@@ -10,8 +10,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...algorithms import get_recipe
 from ..seed_inputs import build_process_scorer
+from ..trl_settings import effective_recipe, keeps_trl_advantages
 from .advantages import Advantages
 from .base import Pipeline
 from .bicc import ConditionedPrompts
@@ -78,7 +78,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     old / reference log-probs and delta, the recipe's advantages (RCC-corrected), then
     the per-method inputs of the loss (VeriGate's process advantages, ReCo's weights,
     BiCC's conditioned prompts), and the diagnostics last."""
-    recipe = get_recipe(cfg.recipe)
+    recipe = effective_recipe(cfg)  # with the run's scale_rewards
     rcc_reference = cfg.rcc and cfg.rcc_reference == "reference"
     resample = []
     if cfg.oc_grpo:
@@ -112,7 +112,8 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
                 delta_reduce=cfg.rcc_delta,
             )
         )
-    if recipe.objective == "policy" or rcc_reference:
+    # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
+    if (recipe.objective == "policy" and not keeps_trl_advantages(cfg)) or rcc_reference:
         stages.append(
             Advantages(
                 recipe,

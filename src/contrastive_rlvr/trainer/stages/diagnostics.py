@@ -39,14 +39,15 @@ class BatchDiagnostics:
         stats = {"rewards": rewards.detach().cpu()}
         delta = batch.shared.get("delta")
         if delta is not None:
-            cov = group_covariance(rewards, delta.to(rewards.dtype), g)
-            ctx.log("rcc/cov", cov.mean())
+            if g >= 2:  # evaluation may run groups of 1 (num_generations_eval=1): no covariance
+                cov = group_covariance(rewards, delta.to(rewards.dtype), g)
+                ctx.log("rcc/cov", cov.mean())
             ctx.log("rcc/delta_mean", delta.mean())
             if correct.any():
                 ctx.log("rcc/delta_correct", delta[correct].mean())
             if (~correct).any():
                 ctx.log("rcc/delta_wrong", delta[~correct].mean())
-            if self.rcc_coef is not None:
+            if self.rcc_coef is not None and g >= 2:
                 group_mean = group_view(rewards, g).mean(1).repeat_interleave(g)
                 b = rcc_baseline(rewards, delta, g, coef=self.rcc_coef, bound=self.rcc_bound)
                 shift = b - group_mean
