@@ -4,7 +4,6 @@ values the trainer logged (read back with TensorBoard's own reader)."""
 from __future__ import annotations
 
 import pytest
-
 from trainer_utils import make_config, make_trainer, save_tiny_model
 
 event_accumulator = pytest.importorskip(
