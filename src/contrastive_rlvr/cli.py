@@ -53,6 +53,7 @@ def train(
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from err
+    typer.echo(f"base configuration: {cfg.base_config}")
     summary = run_training(cfg)
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
