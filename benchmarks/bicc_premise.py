@@ -70,6 +70,35 @@ def completion_logps(model, prompt: list[int], completions: list[list[int]]) -> 
     return out * att[:, len(prompt) :]
 
 
+def sample_groups(
+    model, tok, prompts: list[list[int]], group: int, max_new_tokens: int, temperature: float,
+    batch: int,
+) -> list[list[list[int]]]:  # fmt: skip
+    """``group`` sampled completions (token ids, padding after EOS included) per prompt,
+    ``batch`` prompts per ``generate`` call (left padding)."""
+    out = []
+    for start in range(0, len(prompts), batch):
+        chunk = [p for p in prompts[start : start + batch] for _ in range(group)]
+        width = max(len(p) for p in chunk)
+        ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for i, p in enumerate(chunk):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            att[i, width - len(p) :] = 1
+        with torch.no_grad():
+            gen = model.generate(
+                input_ids=ids,
+                attention_mask=att,
+                do_sample=True,
+                temperature=temperature,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+            )[:, width:].tolist()
+        out += [gen[k : k + group] for k in range(0, len(gen), group)]
+    return out
+
+
 def summarise(values: list[float]) -> dict:
     ci = mean_ci(values)
     return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in ci.to_dict().items()}
@@ -86,6 +115,7 @@ def main() -> None:
     parser.add_argument("--placement", default="auto", help="BiCC placement (auto: user_turn)")
     parser.add_argument("--seed", type=int, default=1, help="problem seed")
     parser.add_argument("--task", default="sums", help="benchmarks/word_problems.py task")
+    parser.add_argument("--gen-batch", type=int, default=8, help="prompts per generate call")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -111,21 +141,22 @@ def main() -> None:
     per_prompt = {"opp_pos": [], "opp_neg": [], "same_pos": [], "same_neg": []}
     per_prompt_seq = {k: [] for k in per_prompt}
     contrast_tok, contrast_seq, accuracy, context_tokens = [], [], [], []
+    all_messages = [
+        [{"role": "user", "content": f"{row['question']}\n{DEFAULT_INSTRUCTION}"}] for row in rows
+    ]
+    samples = sample_groups(
+        model, tok, [render(m) for m in all_messages], args.group, args.max_new_tokens,
+        args.temperature, args.gen_batch,
+    )  # fmt: skip
+    print(
+        f"sampled {len(rows)} x {args.group} in {time.perf_counter() - started:.0f} s", flush=True
+    )
     for n, row in enumerate(rows):
-        messages = [{"role": "user", "content": f"{row['question']}\n{DEFAULT_INSTRUCTION}"}]
+        messages = all_messages[n]
         prompt = render(messages)
-        with torch.no_grad():
-            gen = model.generate(
-                input_ids=torch.tensor([prompt] * args.group),
-                attention_mask=torch.ones(args.group, len(prompt), dtype=torch.long),
-                do_sample=True,
-                temperature=args.temperature,
-                top_p=1.0,
-                max_new_tokens=args.max_new_tokens,
-                pad_token_id=tok.pad_token_id,
-            )[:, len(prompt) :]
+        gen = samples[n]
         completions = []
-        for g in gen.tolist():
+        for g in gen:
             cut = g.index(eos) + 1 if eos in g else len(g)  # keep the EOS as training does
             completions.append(g[:cut])
         texts = [tok.decode(c, skip_special_tokens=True) for c in completions]
@@ -134,6 +165,7 @@ def main() -> None:
         accuracy.append(sum(rewards) / args.group)
         correct = [r > 0.5 for r in rewards]
         if all(correct) or not any(correct):
+            print(f"prompt {n}: acc {accuracy[-1]:.2f} (one-sided, skipped)", flush=True)
             continue
         budget = context_budget(
             args.context_ratio,
