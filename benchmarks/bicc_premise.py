@@ -12,7 +12,9 @@ run (benchmarks/word_problems.py), without training:
    instruction), score them with the run's reward, keep two-sided groups;
 2. build the conditioned prompts exactly as training does
    (``build_bicc_prompts``: the default framing, the context budget
-   ``context_budget(0.4, longest prompt, max_new_tokens)``, the chosen placement);
+   ``context_budget(0.4, longest prompt, max_new_tokens)``), for each placement
+   asked (default: ``user_turn``, the chat default, and ``after_prompt``, the
+   old one: the attempts inside the assistant turn), on the same samples;
 3. per completion, ``d = log pi(o | [q ; O_opp]) - log pi(o | q)``, per token
    (mean over the completion's tokens) and per sequence (sum); as a control,
    ``d_same`` with the completion's own side in the context instead (the other
@@ -26,7 +28,7 @@ run (benchmarks/word_problems.py), without training:
 
 Example (about 10 minutes on 2 CPU cores):
 
-    python benchmarks/bicc_premise.py --prompts 32 --group 8 --out docs/results/bicc_premise.json
+    python benchmarks/bicc_premise.py --prompts 24 --group 8 --out docs/results/bicc_premise.json
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from word_problems import integer_reward, make_rows  # noqa: E402
 
-from contrastive_rlvr.algorithms import BiCCTemplate, build_bicc_prompts, context_budget
+from contrastive_rlvr.algorithms import BiCCTemplate, context_budget
 from contrastive_rlvr.algorithms.bicc import (
     build_context,
     chat_conditioned_prompt,
@@ -104,23 +106,83 @@ def summarise(values: list[float]) -> dict:
     return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in ci.to_dict().items()}
 
 
+def conditioned_prompt(
+    placement: str, messages, prompt: list[int], context: list[int], decode, render
+) -> list[int]:
+    """The prompt with ``context`` (framed attempts as ids) placed as training places it."""
+    if not context:
+        return prompt
+    if placement == "user_turn":
+        return chat_conditioned_prompt(messages, context, decode=decode, render=render)
+    return prompt + context if placement == "after_prompt" else context + prompt
+
+
+def measure_group(
+    model, prompt, messages, completions, correct, template, budget, placement, decode, render
+) -> dict[str, dict[int, float]]:
+    """Per row: ``d`` (opposite side in the context, as BiCC) and ``same`` (the same
+    framing with the other members of the row's own side), per token and per sequence."""
+    plain = completion_logps(model, prompt, completions).sum(1)
+    out = {"opp_tok": {}, "opp_seq": {}, "same_tok": {}, "same_seq": {}, "ctx": {}}
+    for side in (True, False):
+        members = [i for i in range(len(completions)) if correct[i] == side]
+        opposite = [i for i in range(len(completions)) if correct[i] != side]
+        # BiCC shows correct rows the wrong attempts under header_wrong, and vice versa.
+        header = template.header_wrong if side else template.header_correct
+        ctx = build_context([strip_eos(completions[k]) for k in opposite], header, template,
+                            budget, "middle")  # fmt: skip
+        cond = conditioned_prompt(placement, messages, prompt, ctx, decode, render)
+        lp = completion_logps(model, cond, [completions[i] for i in members]).sum(1)
+        for j, i in enumerate(members):
+            out["opp_seq"][i] = float(lp[j] - plain[i])
+            out["opp_tok"][i] = out["opp_seq"][i] / len(completions[i])
+            out["ctx"][i] = len(cond) - len(prompt)
+        for i in members:
+            others = [strip_eos(completions[k]) for k in members if k != i]
+            if not others:
+                continue
+            ctx = build_context(others, header, template, budget, "middle")
+            cond = conditioned_prompt(placement, messages, prompt, ctx, decode, render)
+            lp_i = completion_logps(model, cond, [completions[i]]).sum(1)
+            out["same_seq"][i] = float(lp_i[0] - plain[i])
+            out["same_tok"][i] = out["same_seq"][i] / len(completions[i])
+    return out
+
+
+EOS_IDS: set[int] = set()
+
+
+def strip_eos(ids: list[int]) -> list[int]:
+    """A completion as it goes into the context: trailing EOS / pad removed."""
+    ids = list(ids)
+    while ids and ids[-1] in EOS_IDS:
+        ids.pop()
+    return ids
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--context-ratio", type=float, default=0.4)
-    parser.add_argument("--placement", default="auto", help="BiCC placement (auto: user_turn)")
+    parser.add_argument(
+        "--placements",
+        default="user_turn,after_prompt",
+        help="comma-separated BiCC placements to measure on the same samples",
+    )
     parser.add_argument("--seed", type=int, default=1, help="problem seed")
     parser.add_argument("--task", default="sums", help="benchmarks/word_problems.py task")
     parser.add_argument("--gen-batch", type=int, default=8, help="prompts per generate call")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    placements = [resolve_placement(p, conversational=True) for p in args.placements.split(",")]
     torch.manual_seed(0)
     started = time.perf_counter()
     model, tok = load_model_and_tokenizer(args.model)
+    EOS_IDS.update({tok.eos_token_id, tok.pad_token_id})
     rows = make_rows(args.prompts, args.seed, args.task)
 
     def render(msgs):
@@ -128,38 +190,29 @@ def main() -> None:
             msgs, add_generation_prompt=True, tokenize=True, return_dict=False
         )
 
-    def encode(text):
-        return tok.encode(text, add_special_tokens=False)
+    def decode(ids):
+        return tok.decode(ids, skip_special_tokens=True)
 
-    template = BiCCTemplate().encode(encode, max_items=args.group)
-    eos = tok.eos_token_id
-    placement = resolve_placement(args.placement, conversational=True)
-
-    def strip(ids: list[int]) -> list[int]:
-        return ids[:-1] if ids and ids[-1] in (eos, tok.pad_token_id) else ids
-
-    per_prompt = {"opp_pos": [], "opp_neg": [], "same_pos": [], "same_neg": []}
-    per_prompt_seq = {k: [] for k in per_prompt}
-    contrast_tok, contrast_seq, accuracy, context_tokens = [], [], [], []
+    template = BiCCTemplate().encode(
+        lambda text: tok.encode(text, add_special_tokens=False), max_items=args.group
+    )
     all_messages = [
         [{"role": "user", "content": f"{row['question']}\n{DEFAULT_INSTRUCTION}"}] for row in rows
     ]
+    prompts = [render(m) for m in all_messages]
     samples = sample_groups(
-        model, tok, [render(m) for m in all_messages], args.group, args.max_new_tokens,
-        args.temperature, args.gen_batch,
-    )  # fmt: skip
-    print(
-        f"sampled {len(rows)} x {args.group} in {time.perf_counter() - started:.0f} s", flush=True
+        model, tok, prompts, args.group, args.max_new_tokens, args.temperature, args.gen_batch
     )
+    took = time.perf_counter() - started
+    print(f"sampled {len(rows)} x {args.group} in {took:.0f} s", flush=True)
+    keys = ("opp_pos", "opp_neg", "same_pos", "same_neg", "contrast")
+    tables = {p: {u: {k: [] for k in keys} for u in ("tok", "seq")} for p in placements}
+    context_tokens = {p: [] for p in placements}
+    accuracy = []
     for n, row in enumerate(rows):
-        messages = all_messages[n]
-        prompt = render(messages)
-        gen = samples[n]
-        completions = []
-        for g in gen:
-            cut = g.index(eos) + 1 if eos in g else len(g)  # keep the EOS as training does
-            completions.append(g[:cut])
-        texts = [tok.decode(c, skip_special_tokens=True) for c in completions]
+        eos = tok.eos_token_id
+        completions = [g[: g.index(eos) + 1] if eos in g else g for g in samples[n]]
+        texts = [decode(c) for c in completions]
         gold = row["answer"].split("####")[-1].strip()
         rewards = integer_reward([None] * args.group, texts, [gold] * args.group)
         accuracy.append(sum(rewards) / args.group)
@@ -169,91 +222,56 @@ def main() -> None:
             continue
         budget = context_budget(
             args.context_ratio,
-            longest_prompt=len(prompt),
+            longest_prompt=len(prompts[n]),
             max_completion_length=args.max_new_tokens,
         )
-        common = dict(
-            pad_token_id=tok.pad_token_id,
-            budget=budget,
-            placement=args.placement,
-            strip_token_ids={eos, tok.pad_token_id},
-            prompt_messages=[messages] * args.group,
-            decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
-            render=render,
-        )
-        rw = torch.tensor(rewards)
-        opp = build_bicc_prompts(
-            [prompt] * args.group, completions, rw, args.group, template, **common
-        )
-        plain = completion_logps(model, prompt, completions)
-        lengths = torch.tensor([len(c) for c in completions], dtype=torch.float)
-        d_tok, d_seq, s_tok, s_seq = {}, {}, {}, {}
-        for side in (True, False):
-            members = [i for i in range(args.group) if correct[i] == side]
-            ctx = opp.input_ids[members[0]][opp.attention_mask[members[0]].bool()].tolist()
-            context_tokens.append(int(opp.context_tokens[members[0]]))
-            cond = completion_logps(model, ctx, [completions[i] for i in members])
-            diff = cond.sum(1) - plain[members].sum(1)
-            for j, i in enumerate(members):
-                d_seq[i], d_tok[i] = float(diff[j]), float(diff[j] / lengths[i])
-            # Control: the same framing (the header BiCC gives this row), with the
-            # other members of the row's own side as the attempts.
-            header = template.header_wrong if side else template.header_correct
-            for i in members:
-                others = [strip(completions[k]) for k in members if k != i]
-                if not others:
-                    continue
-                ctx_ids = build_context(others, header, template, budget, "middle")
-                if placement == "user_turn":
-                    ctx_same = chat_conditioned_prompt(
-                        messages, ctx_ids, decode=common["decode"], render=render
-                    )
-                elif placement == "after_prompt":
-                    ctx_same = prompt + ctx_ids
-                else:
-                    ctx_same = ctx_ids + prompt
-                lp = completion_logps(model, ctx_same, [completions[i]])
-                s_seq[i] = float(lp.sum() - plain[i].sum())
-                s_tok[i] = s_seq[i] / float(lengths[i])
         pos = [i for i in range(args.group) if correct[i]]
         neg = [i for i in range(args.group) if not correct[i]]
-
-        def avg(d, idx):
-            vals = [d[i] for i in idx if i in d]
-            return sum(vals) / len(vals) if vals else None
-
-        for key, d_t, d_s, idx in (
-            ("opp_pos", d_tok, d_seq, pos),
-            ("opp_neg", d_tok, d_seq, neg),
-            ("same_pos", s_tok, s_seq, pos),
-            ("same_neg", s_tok, s_seq, neg),
-        ):
-            if avg(d_t, idx) is not None:
-                per_prompt[key].append(avg(d_t, idx))
-                per_prompt_seq[key].append(avg(d_s, idx))
-        contrast_tok.append(avg(d_tok, pos) - avg(d_tok, neg))
-        contrast_seq.append(avg(d_seq, pos) - avg(d_seq, neg))
-        print(
-            f"prompt {n}: acc {accuracy[-1]:.2f} d(o+) {avg(d_tok, pos):+.3f} "
-            f"d(o-) {avg(d_tok, neg):+.3f} per token",
-            flush=True,
-        )
+        line = f"prompt {n}: acc {accuracy[-1]:.2f}"
+        for placement in placements:
+            m = measure_group(
+                model, prompts[n], all_messages[n], completions, correct, template, budget,
+                placement, decode, render,
+            )  # fmt: skip
+            context_tokens[placement] += list(m["ctx"].values())
+            for unit in ("tok", "seq"):
+                t = tables[placement][unit]
+                for key, d, idx in (
+                    ("opp_pos", m[f"opp_{unit}"], pos),
+                    ("opp_neg", m[f"opp_{unit}"], neg),
+                    ("same_pos", m[f"same_{unit}"], pos),
+                    ("same_neg", m[f"same_{unit}"], neg),
+                ):
+                    vals = [d[i] for i in idx if i in d]
+                    if vals:
+                        t[key].append(sum(vals) / len(vals))
+                t["contrast"].append(t["opp_pos"][-1] - t["opp_neg"][-1])
+            tt = tables[placement]["tok"]
+            line += f" | {placement}: d(o+) {tt['opp_pos'][-1]:+.3f} d(o-) {tt['opp_neg'][-1]:+.3f}"
+        print(line, flush=True)
     result = {
         "command": "python " + " ".join(sys.argv),
         "model": args.model,
+        "task": args.task,
         "prompts": args.prompts,
         "group": args.group,
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
-        "placement": args.placement,
         "context_ratio": args.context_ratio,
         "accuracy_mean": sum(accuracy) / len(accuracy),
-        "two_sided_prompts": len(contrast_tok),
-        "mean_context_tokens": sum(context_tokens) / max(len(context_tokens), 1),
-        "per_token": {k: summarise(v) for k, v in per_prompt.items() if len(v) >= 2},
-        "per_sequence": {k: summarise(v) for k, v in per_prompt_seq.items() if len(v) >= 2},
-        "contrast_per_token": summarise(contrast_tok) if len(contrast_tok) >= 2 else None,
-        "contrast_per_sequence": summarise(contrast_seq) if len(contrast_seq) >= 2 else None,
+        "two_sided_prompts": len(tables[placements[0]]["tok"]["contrast"]),
+        "placements": {
+            p: {
+                "mean_context_tokens": sum(context_tokens[p]) / max(len(context_tokens[p]), 1),
+                **{
+                    f"per_{'token' if u == 'tok' else 'sequence'}": {
+                        k: summarise(v) for k, v in tables[p][u].items() if len(v) >= 2
+                    }
+                    for u in ("tok", "seq")
+                },
+            }
+            for p in placements
+        },
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(result, indent=2))
