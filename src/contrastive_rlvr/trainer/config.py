@@ -17,8 +17,8 @@ import torch
 from trl import GRPOConfig
 
 from ..algorithms import (
-    BICC_PLACEMENTS,
     AGG_MODES,
+    BICC_PLACEMENTS,
     BICC_RATIO_MODES,
     FACTOR_NORMS,
     OC_MAX_WEIGHT,

@@ -43,12 +43,12 @@ from trl.data_utils import is_conversational
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id
 
 from ..algorithms import (
-    context_budget,
     all_fail_groups,
     build_bicc_prompts,
     collapse_rate,
     conspo_loss,
     conspo_margin,
+    context_budget,
     gated_groups,
     get_recipe,
     group_covariance,
