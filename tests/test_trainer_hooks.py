@@ -194,9 +194,7 @@ def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_pat
 
 
 def test_bicc_mix_averages_conditioned_and_plain_losses(model_dir, tmp_path):
-    # An explicit length: the run's own (about 10 + 8 tokens) leaves a budget below
-    # the framing text, and no row would be conditioned.
-    config = make_config(tmp_path, bicc=True, bicc_mix=0.25, beta=0.0, bicc_max_seq_len=256)
+    config = make_config(tmp_path, bicc=True, bicc_mix=0.25, beta=0.0)
     trainer = make_trainer(model_dir, config)
     trainer.current_gradient_accumulation_steps = 1
     trainer._step = 0

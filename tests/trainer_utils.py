@@ -53,6 +53,9 @@ def make_config(tmp_path: Path, **overrides) -> RLVRConfig:
         disable_tqdm=True,
         beta=0.0,
         temperature=1.0,
+        # The tiny runs' own sequences (about 10 + 8 tokens) give a BiCC budget below
+        # the framing text; 0.4 x 256 = 102 tokens is the budget these tests assume.
+        bicc_max_seq_len=256,
     )
     values.update(overrides)
     return RLVRConfig(**values)
