@@ -110,13 +110,3 @@ def test_rcc_bound_is_validated():
     with pytest.raises(ValueError, match="rcc_bound='clip' is invalid: choose one of none"):
         RCCOptions(rcc_bound="clip").validate_rcc()
     assert RCCOptions().rcc_bound == "reward_range"
-
-
-def test_rcc_bound_none_is_refused_where_the_loss_would_ignore_it():
-    from contrastive_rlvr.trainer.config_groups import RCCOptions
-
-    # rcc_reference='sampling' recomputes b* in the loss, which does not take the bound yet.
-    with pytest.raises(ValueError, match="rcc_bound='none' is invalid: .*sampling"):
-        RCCOptions(rcc=True, rcc_reference="sampling", rcc_bound="none").validate_rcc()
-    RCCOptions(rcc=True, rcc_reference="sampling").validate_rcc()  # reward_range: the loss's
-    RCCOptions(rcc=True, rcc_bound="none").validate_rcc()  # the frozen reference: the stage's

@@ -216,3 +216,44 @@ def test_conspo_loss_is_divided_by_the_accumulation_steps():
     one, _ = objective(logp, inputs, LossContext(None, 2, accum=1))
     two, _ = objective(logp, inputs, LossContext(None, 2, accum=2))
     assert two.item() == pytest.approx(one.item() / 2) and one.item() != 0
+
+
+@pytest.mark.parametrize(
+    ("bound", "expected"),
+    [
+        # R = [1, 0, 0, 0], delta = logp - old = [0, 0, 0, 5] (one token each):
+        # mean R = 0.25, Cov(R, delta) = E[R delta] - E[R] E[delta] = 0 - 0.25 * 1.25
+        # = -0.3125, so b* = 0.25 + 2 * (-0.3125) = -0.375 and Dr.GRPO's A = R - b*.
+        ("none", [1.375, 0.375, 0.375, 0.375]),
+        # Bounded to the group's reward range [0, 1]: b* = 0, A = R.
+        ("reward_range", [1.0, 0.0, 0.0, 0.0]),
+    ],
+)
+def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, expected):
+    import contrastive_rlvr.trainer.loss as loss_module
+
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", num_generations=4, max_completion_length=8,
+        per_device_train_batch_size=4, beta=0.0, recipe="dr_grpo", rcc=True,
+        rcc_reference="sampling", rcc_bound=bound,
+    )  # fmt: skip
+    loss = build_loss(cfg, get_recipe("dr_grpo"))
+    assert isinstance(loss.objective, PolicyObjective)
+    seen = {}
+
+    def capture(name, logp, old, advantages, mask, **options):  # noqa: ANN001, ANN003
+        seen["advantages"] = advantages
+        return logp.sum() * 0, {}
+
+    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    logp = torch.tensor([[0.0], [0.0], [0.0], [5.0]])
+    inputs = {
+        "completion_mask": torch.ones(4, 1),
+        "completion_ids": torch.zeros(4, 1, dtype=torch.long),
+        "old_per_token_logps": torch.zeros(4, 1),
+        "advantages": torch.full((4,), 1e9),  # loud: the loss recomputes them
+        "rewards": torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        "num_items_in_batch": torch.tensor(4.0),
+    }
+    loss.objective(logp, inputs, LossContext(logps=None, group_size=4))
+    torch.testing.assert_close(seen["advantages"], torch.tensor(expected))

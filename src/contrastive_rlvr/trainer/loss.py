@@ -106,6 +106,7 @@ class SamplingRCC:
 
     coef: float
     reduce: str
+    bound: str = "reward_range"
 
     def delta(self, logp: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return sequence_delta(logp.detach(), old, mask, reduce=self.reduce)
@@ -198,6 +199,7 @@ class PolicyObjective:
                 ctx.group_size,
                 delta=delta,
                 rcc_coef=self.sampling_rcc.coef,
+                rcc_bound=self.sampling_rcc.bound,
                 eps=self.eps,
             )
         options = self.options(inputs, ctx, prefix + "ref_per_token_logps")
@@ -233,7 +235,11 @@ class ContrastiveObjective:
             key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
             delta = self.sampling_rcc.delta(logp, old_logps(logp, inputs, key), mask)
             baseline = rcc_baseline(
-                inputs["rewards"], delta, ctx.group_size, coef=self.sampling_rcc.coef
+                inputs["rewards"],
+                delta,
+                ctx.group_size,
+                coef=self.sampling_rcc.coef,
+                bound=self.sampling_rcc.bound,
             )
         margin = conspo_margin(ctx.progress, max_margin=self.max_margin, warmup=self.warmup)
         loss, metrics = conspo_loss(
@@ -311,7 +317,7 @@ def build_loss(cfg, recipe: Recipe) -> Loss | TRLLoss:  # noqa: ANN001
         return TRLLoss(recipe.loss or cfg.recipe, conditioned=cfg.bicc)
     sampling_rcc = None
     if cfg.rcc and cfg.rcc_reference == "sampling":
-        sampling_rcc = SamplingRCC(coef=cfg.rcc_coef, reduce=cfg.rcc_delta)
+        sampling_rcc = SamplingRCC(coef=cfg.rcc_coef, reduce=cfg.rcc_delta, bound=cfg.rcc_bound)
     if recipe.objective == "contrastive":
         objective = ContrastiveObjective(
             tau=cfg.conspo_tau,

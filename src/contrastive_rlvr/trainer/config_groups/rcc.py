@@ -67,12 +67,3 @@ class RCCOptions:
             self.rcc_bound,
             f"choose one of {', '.join(RCC_BOUNDS)}",
         )
-        # The sampling reference recomputes b* in the loss (trainer/loss.py), which does
-        # not take the bound yet: refuse the value it would ignore.
-        check(
-            not (self.rcc and self.rcc_reference == "sampling" and self.rcc_bound == "none"),
-            "rcc_bound",
-            self.rcc_bound,
-            "rcc_bound='none' is not wired into the loss-time RCC of rcc_reference='sampling' "
-            "yet; use rcc_bound='reward_range' or rcc_reference='reference'",
-        )
