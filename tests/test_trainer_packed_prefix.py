@@ -5,6 +5,7 @@ attention, and under a two-process DDP run (gloo)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 
@@ -252,7 +253,10 @@ def _free_port() -> int:
 def _ddp_worker(rank: int, world: int, port: int, out: str, attn: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A bounded wait: a rank left alone fails the test instead of hanging it.
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300)
+    )
     model = tiny_llama(attn)
     model.activation_checkpointing_enable({"use_reentrant": False})
     model.train()
@@ -264,6 +268,9 @@ def _ddp_worker(rank: int, world: int, port: int, out: str, attn: str) -> None:
     (logp * weight).sum().backward()  # DDP averages the two processes' gradients
     if rank == 0:
         torch.save([p.grad for p in model.parameters()], out)
+    # Rank 0 hosts the rendezvous store: leaving before rank 1 is done with it would
+    # strand rank 1 (seen under load), so both finish together.
+    dist.barrier()
     dist.destroy_process_group()
 
 
