@@ -333,3 +333,29 @@ class NonFiniteUpdateGuard(TrainerCallback):
         self._snapshot = None
         self.rolled_back += 1
         return control
+
+
+class SkipNonFiniteUpdates(TrainerCallback):
+    """Drops the optimizer step of a window whose loss or gradient was not finite.
+
+    Called right before ``optimizer.step()``: setting every ``grad`` to None makes
+    torch's optimizers skip the parameters entirely (no moment update, no weight
+    decay). All processes agree (the flag is summed across them).
+    """
+
+    def __init__(self, trainer: Any) -> None:  # an RLVRTrainer
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+        trainer = self.trainer
+        model = trainer.model
+        bad = trainer._nonfinite_pending or any(
+            p.grad is not None and not torch.isfinite(p.grad).all() for p in model.parameters()
+        )
+        flag = torch.tensor(float(bad), device=trainer.accelerator.device)
+        if trainer.accelerator.reduce(flag, reduction="sum").item() > 0:
+            for p in model.parameters():
+                p.grad = None
+            trainer.skipped_updates += 1
+        trainer._nonfinite_pending = False
+        return control

@@ -20,7 +20,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   whole groups when its size allows (ConSPO needs it).
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
-  (see :class:`SkipNonFiniteUpdates`).
+  (see :class:`.guards.SkipNonFiniteUpdates`).
 """
 
 from __future__ import annotations
@@ -31,45 +31,18 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather, gather_object
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
-from .guards import check_rewards, guard_rewards
+from .guards import SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .prefix import shared_prefix_logps
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
-
-
-class SkipNonFiniteUpdates(TrainerCallback):
-    """Drops the optimizer step of a window whose loss or gradient was not finite.
-
-    Called right before ``optimizer.step()``: setting every ``grad`` to None makes
-    torch's optimizers skip the parameters entirely (no moment update, no weight
-    decay). All processes agree (the flag is summed across them).
-    """
-
-    def __init__(self, trainer: RLVRTrainer) -> None:
-        self.trainer = trainer
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
-        trainer = self.trainer
-        model = trainer.model
-        bad = trainer._nonfinite_pending or any(
-            p.grad is not None and not torch.isfinite(p.grad).all() for p in model.parameters()
-        )
-        flag = torch.tensor(float(bad), device=trainer.accelerator.device)
-        if trainer.accelerator.reduce(flag, reduction="sum").item() > 0:
-            for p in model.parameters():
-                p.grad = None
-            trainer.skipped_updates += 1
-        trainer._nonfinite_pending = False
-        return control
 
 
 class RLVRTrainer(GRPOTrainer):
