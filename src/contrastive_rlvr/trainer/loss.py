@@ -23,6 +23,7 @@ loss; the config rejects TRL's other loss options with it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,8 @@ from ..algorithms import (
     sequence_delta,
 )
 from .trl_settings import uses_trl_loss
+
+logger = logging.getLogger(__name__)
 
 Metrics = dict[str, torch.Tensor]
 
@@ -314,6 +317,13 @@ def build_loss(cfg, recipe: Recipe) -> Loss | TRLLoss:  # noqa: ANN001
     """The loss of a run, from its config (an :class:`~.config.RLVRConfig`): TRL's for
     the recipes TRL has (:func:`~.trl_settings.uses_trl_loss`), else the project's."""
     if uses_trl_loss(cfg):
+        if cfg.bicc and cfg.share_prefix:
+            # Said, not ignored: TRL's loss forwards every row whole (same values).
+            logger.warning(
+                "share_prefix=True has no effect with recipe %s and BiCC: TRL's loss "
+                "forwards each conditioned row whole (docs/performance.md)",
+                cfg.recipe,
+            )
         return TRLLoss(recipe.loss or cfg.recipe, conditioned=cfg.bicc)
     sampling_rcc = None
     if cfg.rcc and cfg.rcc_reference == "sampling":
