@@ -52,7 +52,9 @@ def test_strings_and_other_types_name_the_function():
     with pytest.raises(RewardTypeError, match=r"'reward_fn' returned str '1\.0' for row 2"):
         guard_reward(const([1.0, 0.0, "1.0"]))(["p"] * 3, COMPLETIONS)
     with pytest.raises(RewardTypeError, match="'reward_fn' returned a str"):
-        guard_reward(lambda p, c, **k: "1.0", name="reward_fn")(["p"] * 3, COMPLETIONS)
+        guard_reward(lambda prompts, completions, **k: "1.0", name="reward_fn")(
+            ["p"] * 3, COMPLETIONS
+        )
     with pytest.raises(RewardTypeError, match="returned 2 values for 3 completions"):
         guard_reward(const([1.0, 0.0]))(["p"] * 3, COMPLETIONS)
     with pytest.raises(RewardTypeError, match="returned dict"):
@@ -62,7 +64,9 @@ def test_strings_and_other_types_name_the_function():
 def test_numbers_none_and_arrays_pass():
     out = guard_reward(const([True, None, np.float32(0.5)]))(["p"] * 3, COMPLETIONS)
     assert out == [1.0, None, 0.5]
-    out = guard_reward(lambda p, c, **k: torch.tensor([1.0, 0.0, 2.0]))(["p"] * 3, COMPLETIONS)
+    out = guard_reward(lambda prompts, completions, **k: torch.tensor([1.0, 0.0, 2.0]))(
+        ["p"] * 3, COMPLETIONS
+    )
     assert out == [1.0, 0.0, 2.0]
     fn = guard_reward(const([1.0, math.nan, 0.0]), on_nonfinite="skip_group")
     assert fn(["p"] * 3, COMPLETIONS) == [1.0, math.inf, 0.0] and fn.nonfinite == 1
@@ -313,3 +317,15 @@ def test_run_with_the_default_stops_at_the_training_batch_naming_function_and_ro
     with pytest.raises(NonFiniteRewardError, match=r"'blows_up' returned inf for row 5"):
         train(_custom_run(tmp_path, TRAIN_INF), progress=False)
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_guarded_reward_is_called_by_keyword_as_trl_calls_it():
+    # TRL passes prompts=, completions=, ... by keyword; a reward that names only
+    # `completions` (as TRL's own examples do) must keep working once guarded.
+    from contrastive_rlvr.trainer.guards import guard_reward
+
+    def length_reward(completions, **kwargs):  # noqa: ANN001, ANN003
+        return [float(len(c)) for c in completions]
+
+    guarded = guard_reward(length_reward)
+    assert guarded(prompts=["p", "q"], completions=["ab", "abc"], completion_ids=None) == [2.0, 3.0]

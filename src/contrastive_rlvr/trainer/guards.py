@@ -96,7 +96,7 @@ class GuardedReward:
         return getattr(fn, attr)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
-        out = self.fn(prompts, completions, **kwargs)
+        out = self.fn(prompts=prompts, completions=completions, **kwargs)  # as TRL calls it
         name = self.__name__
         if isinstance(out, torch.Tensor):
             out = out.detach().cpu().reshape(-1).tolist()
