@@ -23,13 +23,18 @@ reported:
 - ``nograd_policy`` / ``nograd_ref``: a no-grad forward of the plain batch through
   the policy / through a second copy of the model (RCC's pi_old(o|q) and
   pi_ref(o|q); the policy one is also BiCC paper mode's pi_old(o|q));
-- ``optimizer``: AdamW step + zero_grad.
+- ``optimizer``: AdamW step + zero_grad;
+- ``generate``: the policy sampling the group's completions for the plain prompts
+  (HF ``generate`` with the key/value cache, eval mode, no gradient, every row the
+  batch's mean completion length), the part of a real step every arm shares.
 
-Whole steps (without generation and reward, which the arms share) are sums
-of these phase medians, since the phases run one after the other:
+Whole steps are sums of these phase medians, since the phases run one after the
+other. Without generation (reward scoring, which every arm shares, is left out):
 GRPO = plain + optimizer; RCC today = plain + nograd_policy + nograd_ref +
-optimizer; RCC with delta from a pass the step makes = plain + nograd_ref +
-optimizer; BiCC (paper ratio mode) = bicc_packed + nograd_policy + optimizer.
+optimizer; RCC with delta from a pass the step makes (the trainer's
+``rcc_delta_pass='auto'``) = plain + nograd_ref + optimizer; BiCC (paper ratio mode)
+= bicc_packed + nograd_policy + optimizer. With the ``generate`` arm, the same sums
+plus generate.
 
 Peak memory of each loss phase: on CUDA ``torch.cuda.max_memory_allocated``
 above the memory allocated before it; on CPU the peak resident set size above
@@ -108,6 +113,7 @@ DEFAULT_ARMS = {
         "nograd_policy",
         "nograd_ref",
         "optimizer",
+        "generate",
     ],
     "on": ["plain", "bicc_rows", "bicc_packed"],
 }
@@ -313,6 +319,23 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    def generate():
+        # As the trainer samples: eval mode (no checkpointing replay), no gradient, the
+        # key/value cache; every row as long as the batch's mean completion.
+        length = int(batch["completion_mask"].sum(1).float().mean())
+        policy.eval()
+        with torch.no_grad():
+            policy.generate(
+                input_ids=batch["prompt_ids"],
+                attention_mask=batch["prompt_mask"],
+                do_sample=True,
+                max_new_tokens=length,
+                min_new_tokens=length,
+                pad_token_id=PAD,
+                use_cache=True,
+            )
+        policy.train()
+
     arms = {
         "plain": lambda: loss_phase(policy, batch, "prompt", per_row_logps),
         "plain_packed": lambda: loss_phase(policy, batch, "prompt", packed_prefix_logps),
@@ -323,6 +346,7 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         "nograd_policy": lambda: nograd(policy),
         "nograd_ref": lambda: nograd(reference),
         "optimizer": step_optimizer,
+        "generate": generate,
     }
     if checkpointing:
         # Under checkpointing HF drops the key/value cache the two-pass form needs (the
@@ -419,30 +443,37 @@ def profile(arms: dict[str, Callable], names: list[str], device: str) -> None:
 
 
 STEP_PHASES = ("nograd_policy", "nograd_ref", "optimizer")
+OPTIONAL_PHASES = ("generate",)  # with it, the whole steps are also given with generation
 
 
 def steps(t: dict[str, float], phases: dict[str, float]) -> dict[str, float]:
-    """Whole-step ratios (no generation) from phase medians; {} when a phase is missing."""
+    """Whole-step ratios from phase medians, without generation and, when the ``generate``
+    phase ran, with it too; {} when a phase is missing."""
     if not all(k in phases for k in STEP_PHASES) or "bicc_packed" not in t:
         return {}
-    grpo = t["plain"] + phases["optimizer"]
-    return {
-        "grpo_s": grpo,
-        "rcc/plain today": (grpo + phases["nograd_policy"] + phases["nograd_ref"]) / grpo,
-        "rcc/plain, delta from a pass the step makes": (grpo + phases["nograd_ref"]) / grpo,
-        "bicc_packed/plain, paper ratio mode": (
-            t["bicc_packed"] + phases["nograd_policy"] + phases["optimizer"]
-        )
-        / grpo,
-        "bicc_packed/plain, consistent ratio mode": (t["bicc_packed"] + phases["optimizer"]) / grpo,
-    }
+    out = {}
+    for suffix, shared in (("", 0.0), (" with generation", phases.get("generate"))):
+        if shared is None:
+            continue
+        grpo = t["plain"] + phases["optimizer"] + shared
+        bicc = t["bicc_packed"] + phases["optimizer"] + shared
+        out |= {
+            f"grpo_s{suffix}": grpo,
+            f"rcc/plain today{suffix}": (grpo + phases["nograd_policy"] + phases["nograd_ref"])
+            / grpo,
+            f"rcc/plain, delta from a pass the step makes{suffix}": (grpo + phases["nograd_ref"])
+            / grpo,
+            f"bicc_packed/plain, paper ratio mode{suffix}": (bicc + phases["nograd_policy"]) / grpo,
+            f"bicc_packed/plain, consistent ratio mode{suffix}": bicc / grpo,
+        }
+    return out
 
 
 def report(results: dict, opts) -> dict:
     """Print every arm's medians and the ratios; return the ratios."""
     phases: dict[str, float] = {}
     for r in results.values():
-        phases.update({k: v for k, v in r["time_s"].items() if k in STEP_PHASES})
+        phases.update({k: v for k, v in r["time_s"].items() if k in STEP_PHASES + OPTIONAL_PHASES})
     summary: dict[str, dict[str, float]] = {}
     for setting, r in results.items():
         t, m = r["time_s"], r["peak_mib"]
@@ -461,11 +492,18 @@ def report(results: dict, opts) -> dict:
                     f"peak memory {ratios[f'memory {arm}/plain']:.3f}"
                 )
         step = steps(t, phases)
-        if step:
-            print(f"  whole step without generation: GRPO {step['grpo_s']:.3f} s")
+        for suffix in ("", " with generation"):
+            if f"grpo_s{suffix}" not in step:
+                continue
+            head = suffix.strip() or "without generation"
+            print(f"  whole step {head}: GRPO {step[f'grpo_s{suffix}']:.3f} s")
             for name, value in step.items():
-                if name != "grpo_s":
-                    print(f"    {name}: {value:.3f}")
+                if (
+                    not name.startswith("grpo_s")
+                    and name.endswith(suffix)
+                    and (suffix or not name.endswith(" with generation"))
+                ):
+                    print(f"    {name.removesuffix(suffix)}: {value:.3f}")
         ratios.update({f"step {k}": v for k, v in step.items()})
         tok = r["tokens"]
         print(
@@ -474,12 +512,15 @@ def report(results: dict, opts) -> dict:
         )
         summary[setting] = ratios
     on = summary.get("on", {})
+    rcc_step = "step rcc/plain, delta from a pass the step makes"
+    with_generation = f"{rcc_step} with generation" in on
     checks = {
         "loss bicc_packed/plain, checkpointing on": on.get("loss bicc_packed/plain"),
         "memory bicc_packed/plain": on.get("memory bicc_packed/plain"),
-        "step rcc/plain": on.get("step rcc/plain, delta from a pass the step makes"),
+        "step rcc/plain": on.get(f"{rcc_step} with generation" if with_generation else rcc_step),
     }
-    print("\ntargets (checkpointing on; the step without generation, so RCC is pessimistic):")
+    step_kind = "with generation" if with_generation else "without generation (pessimistic)"
+    print(f"\ntargets (checkpointing on; RCC's whole step {step_kind}):")
     for name, value in checks.items():
         if value is not None:
             verdict = "ok" if value <= TARGETS[name] else "ABOVE TARGET"

@@ -17,8 +17,8 @@ Arms (``--arms``, comma-separated):
 - ``reco_entropy``: ``--reco_factor entropy`` (next-token entropy factor);
 - ``reco_expected_entropy``: both.
 
-The ``reco_weights`` and ``reco_factor`` fields need the trainer wiring of
-issue 14 (``docs/seed-methods.md``); until then only ``grpo`` and ``reco`` run.
+The entropy factor's Z (``reco_factor_norm`` mean) is the loss micro-batch's mean
+entropy of the current policy (``docs/seed-methods.md``).
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/reco_passk.py \\
         --out runs/reco-passk --seeds 0,1,2 --terms 5 --n 64 [--dry-run]

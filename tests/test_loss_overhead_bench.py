@@ -34,6 +34,19 @@ def test_whole_step_ratios(bench):
     assert step["bicc_packed/plain, paper ratio mode"] == pytest.approx((2.5 + 0.5 + 0.5) / 2.5)
     assert step["bicc_packed/plain, consistent ratio mode"] == pytest.approx(3.0 / 2.5)
     assert bench.steps(t, {"optimizer": 0.5}) == {}
+    assert not any(k.endswith("with generation") for k in step)
+    # With the generate phase (5 s): every step also with it, the shares worked by hand.
+    gen = bench.steps(t, {**phases, "generate": 5.0})
+    assert gen["grpo_s with generation"] == 7.5  # 2.0 + 0.5 + 5.0
+    assert gen["rcc/plain today with generation"] == pytest.approx(8.7 / 7.5)
+    assert gen["rcc/plain, delta from a pass the step makes with generation"] == pytest.approx(
+        8.2 / 7.5
+    )
+    assert gen["bicc_packed/plain, paper ratio mode with generation"] == pytest.approx(8.5 / 7.5)
+    assert gen["bicc_packed/plain, consistent ratio mode with generation"] == pytest.approx(
+        8.0 / 7.5
+    )
+    assert gen["rcc/plain today"] == step["rcc/plain today"]  # the no-generation ones stay
 
 
 def test_compact_head_equals_trl_fused_head(bench):

@@ -198,9 +198,13 @@ def test_reco_weights_and_factor_fields(tmp_path):
         config(reco_weights="often")
     with pytest.raises(ValueError, match="reco_identity='answer' is invalid: reco_weights="):
         config(reco=True, reco_weights="expected", reco_identity="answer")
-    # Not wired into the loss yet: refused by name rather than ignored.
-    with pytest.raises(ValueError, match="reco_factor='entropy' is invalid: .*not wired"):
-        config(reco=True, reco_factor="entropy")
+    # The entropy factor: no p(1-p) mean is computed for it (its Z is the loss's).
+    cfg = config(reco=True, reco_factor="entropy", num_generations=4, log_delta=False,
+                 max_completion_length=8)  # fmt: skip
+    stage = build_stages(cfg, facts)["train"].stages[2]
+    assert stage.name == "occurrence_weights" and not stage.variance_mean
+    with pytest.raises(ValueError, match="reco_factor='gini' is invalid"):
+        config(reco=True, reco_factor="gini")
 
 
 def test_the_base_configuration_follows_the_model_and_is_recorded(tmp_path):
@@ -226,6 +230,8 @@ def test_bicc_placement_values():
         assert config(bicc_placement=placement).bicc_placement == placement
     with pytest.raises(ValueError, match="bicc_placement='system' is invalid: choose one of auto"):
         config(bicc_placement="system")
+
+
 # The range checks TRL leaves open, made when the config is built (before: preflight).
 RANGE_CASES = [
     ({"learning_rate": float("nan")}, "learning_rate=nan is invalid: must be a finite number > 0"),

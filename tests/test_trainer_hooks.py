@@ -54,7 +54,8 @@ def test_calculate_rewards_keeps_rewards(model_dir, tmp_path):
 
 
 def test_rcc_advantages_use_policy_and_reference_delta(model_dir, tmp_path):
-    config = make_config(tmp_path, rcc=True, max_steps=1)
+    # The stage's own pass (the loss-time delta is tests/test_rcc_loss_time.py).
+    config = make_config(tmp_path, rcc=True, max_steps=1, rcc_delta_pass="stage")
     trainer = make_trainer(model_dir, config)
     trainer.train()  # one update, so the policy differs from the frozen reference
     out = trainer._generate_and_score_completions(first_generation_batch(trainer))

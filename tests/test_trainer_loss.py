@@ -56,14 +56,16 @@ def test_the_config_picks_the_pass_and_the_objective(tmp_path):
     gspo = config(tmp_path, recipe="gspo", verigate=True)
     assert build_loss(gspo, get_recipe("gspo")).name == "gspo_token"
     sampling = config(tmp_path, rcc=True, rcc_reference="sampling")
-    assert build_loss(sampling, get_recipe("grpo")).objective.sampling_rcc.coef == 2.0
+    assert build_loss(sampling, get_recipe("grpo")).objective.rcc.coef == 2.0
 
 
 def test_trl_loss_reads_the_conditioned_prompt():
-    seen = []
+    seen, kinds = [], []
 
-    def trl_loss(model, inputs):  # noqa: ANN001
+    def trl_loss(model, inputs, conditioned=False, on_logps=None):  # noqa: ANN001
+        assert on_logps is None  # no RCC: TRL's own advantages
         seen.append(inputs)
+        kinds.append(conditioned)  # the trainer's forward is told which prompts it reads
         return torch.tensor(1.5)
 
     inputs = {
@@ -78,7 +80,8 @@ def test_trl_loss_reads_the_conditioned_prompt():
     assert seen[0]["prompt_ids"].tolist() == [[9, 9, 9]] * 2
     assert seen[0]["prompt_mask"].sum() == 0 and inputs["prompt_ids"].tolist() == [[1], [1]]
     TRLLoss("grpo", conditioned=False)(None, inputs, ctx)
-    assert seen[1] is inputs
+    assert seen[1] == inputs and seen[1] is not inputs  # a copy, the micro-batch untouched
+    assert kinds == [True, False]
 
 
 def test_tool_tokens_get_no_gradient_in_the_project_loss():

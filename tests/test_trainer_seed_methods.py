@@ -478,3 +478,38 @@ def test_guided_rows_text_and_chat_prompts():
         guided_rows(
             rows_in, column="reference", fraction=0.5, unit="chars", template="{hint}{prompt}"
         )
+
+
+def test_reco_entropy_factor_reads_the_loss_forward_entropies(model_dir, tmp_path, monkeypatch):
+    # reco_factor='entropy': the loss gets the current policy's next-token entropies
+    # H_t = -sum_v p log p of its own forward, checked against a direct forward.
+    config = make_config(tmp_path, reco=True, reco_factor="entropy", reco_factor_norm="max")
+    trainer = trainer_for(model_dir, config, token_parity_reward)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    assert "reco_variance_mean" not in batch  # the variance factor's Z is not needed
+    seen = []
+    original = loss_module.policy_loss
+
+    def capture(name, logp, old, advantages, mask, **options):
+        seen.append(options)
+        return original(name, logp, old, advantages, mask, **options)
+
+    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    loss = trainer._compute_loss(trainer.model, batch)
+    assert torch.isfinite(loss)
+    options = seen[0]
+    assert (
+        options["factor"] == "entropy" and options["vocab_size"] == trainer.model.config.vocab_size
+    )
+    prompts = rows(batch["prompt_ids"], batch["prompt_mask"])
+    completions = rows(batch["completion_ids"], batch["completion_mask"])
+    mask = batch["completion_mask"].bool()
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids = torch.tensor([p + c])
+        with torch.no_grad():
+            logits = trainer.model(input_ids=ids).logits[0, len(p) - 1 : -1].float()
+        probs = torch.softmax(logits / config.temperature, dim=-1)
+        entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)  # (len(c),)
+        torch.testing.assert_close(options["entropy"][i][mask[i]], entropy, atol=1e-4, rtol=1e-4)

@@ -134,6 +134,15 @@ def _chosen(step: int, every: int, max_steps: int) -> bool:
     return every > 0 and (step == 1 or step % every == 0 or step == max_steps)
 
 
+def reads_batch_delta(cfg, global_step: int, max_steps: int) -> bool:  # noqa: ANN001
+    """Whether the generation batch made now (at ``global_step``, before the step runs) is
+    read by the diagnostics with its whole delta: it serves the next
+    ``steps_per_generation`` steps, and a chosen step of either switch reads it."""
+    steps = range(global_step + 1, global_step + 1 + max(cfg.steps_per_generation or 1, 1))
+    every = (cfg.diagnostics_every, cfg.deltas_every)
+    return any(_chosen(step, n, max_steps) for step in steps for n in every)
+
+
 class TrainingDiagnostics(TrainerCallback):
     """Records the diagnostics of the module docstring on the chosen steps.
 

@@ -23,7 +23,6 @@ loss; the config rejects TRL's other loss options with it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +40,8 @@ from ..algorithms import (
     seed_method_loss,
     sequence_delta,
 )
+from .stages.diagnostics import delta_metrics
 from .trl_settings import uses_trl_loss
-
-logger = logging.getLogger(__name__)
 
 Metrics = dict[str, torch.Tensor]
 
@@ -60,7 +58,10 @@ class LossContext:
         steps_per_generation: micro-batches per generation batch.
         num_processes: data-parallel processes (DDP averages their gradients).
         progress: training progress in [0, 1] (ConSPO's margin schedule).
-        trl_loss: ``(model, inputs) -> loss``, TRL's ``_compute_loss`` (for :class:`TRLLoss`).
+        trl_loss: ``(model, inputs, conditioned=False, on_logps=None) -> loss``, TRL's
+            ``_compute_loss`` (for :class:`TRLLoss`), its forward told whether the prompts
+            are conditioned; ``on_logps(logps)`` is called with its policy forward's
+            log-probs (B, T) before TRL reads the advantages.
     """
 
     logps: Callable[..., torch.Tensor]
@@ -80,16 +81,35 @@ class PolicyLogps:
         prefix = "bicc_" if conditioned else ""
         self.keys = (f"{prefix}prompt_ids", f"{prefix}prompt_mask")
 
-    def __call__(self, model: torch.nn.Module, inputs: dict, ctx: LossContext) -> torch.Tensor:
+    def __call__(
+        self, model: torch.nn.Module, inputs: dict, ctx: LossContext, *, entropy: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) log-probs; with ``entropy``, and the forward's per-token entropies (B, T)."""
         ids, mask = inputs[self.keys[0]], inputs[self.keys[1]]
-        return ctx.logps(
-            model,
-            ids,
-            mask,
-            inputs["completion_ids"],
-            inputs["completion_mask"],
-            share_prefix=self.conditioned,
-        )
+        tensors = (ids, mask, inputs["completion_ids"], inputs["completion_mask"])
+        if entropy:
+            return ctx.logps(model, *tensors, share_prefix=self.conditioned, entropy=True)
+        return ctx.logps(model, *tensors, share_prefix=self.conditioned)
+
+
+def rcc_advantages_of(
+    recipe: Recipe,
+    rcc: LossTimeRCC,
+    inputs: dict,
+    delta: torch.Tensor,
+    ctx: LossContext,
+    eps: float,
+) -> torch.Tensor:
+    """The recipe's RCC-corrected advantages (B,) of the micro-batch's whole groups."""
+    return recipe_advantages(
+        recipe,
+        inputs["rewards"],
+        ctx.group_size,
+        delta=delta,
+        rcc_coef=rcc.coef,
+        rcc_bound=rcc.bound,
+        eps=eps,
+    )
 
 
 def old_logps(logp: torch.Tensor, inputs: dict, key: str = "old_per_token_logps") -> torch.Tensor:
@@ -102,21 +122,60 @@ def old_logps(logp: torch.Tensor, inputs: dict, key: str = "old_per_token_logps"
     return old
 
 
+#: The frozen reference's log-probs (B, T) the stages leave for RCC's delta at loss time.
+RCC_REFERENCE_KEY = "rcc_ref_per_token_logps"
+
+
 @dataclass
-class SamplingRCC:
-    """RCC with the sampling policy as pi_ref: delta = log pi_theta - log pi_old, taken at
-    loss time (whole groups per micro-batch)."""
+class LossTimeRCC:
+    """RCC whose delta is taken at loss time from the loss forward's own (detached)
+    log pi_theta(o | q), over the whole groups of the micro-batch:
+
+    - ``reference="sampling"`` (``rcc_reference='sampling'``): delta = log pi_theta -
+      log pi_old;
+    - ``reference="frozen"``: delta = log pi_theta - log pi_ref with the stages'
+      ``RCC_REFERENCE_KEY``, left on on-policy batches (``rcc_delta_pass='auto'``) instead
+      of a separate no-grad policy pass. On policy the loss's pi_theta is the sampling
+      policy, so these are the advantages the stage would have computed. Without the key
+      the stage's advantages stand (:meth:`delta` gives None).
+    """
 
     coef: float
     reduce: str
     bound: str = "reward_range"
+    reference: str = "sampling"
+    threshold: float = 0.5  # for the delta diagnostics of correct vs wrong rows
 
-    def delta(self, logp: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return sequence_delta(logp.detach(), old, mask, reduce=self.reduce)
+    def delta(
+        self, logp: torch.Tensor, inputs: dict, old: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """(B,) delta of the micro-batch's rows, or None (the stages' advantages stand)."""
+        base = old if self.reference == "sampling" else inputs.get(RCC_REFERENCE_KEY)
+        if base is None:
+            return None
+        mask = inputs.get("forward_completion_mask", inputs["completion_mask"])
+        return sequence_delta(logp.detach(), base, mask, reduce=self.reduce)
+
+    def metrics(self, inputs: dict, delta: torch.Tensor, group_size: int) -> Metrics:
+        """The frozen reference's delta diagnostics, logged here when the loss takes delta
+        (the stages' diagnostics log them otherwise); means over micro-batches."""
+        if self.reference == "sampling":
+            return {}
+        return delta_metrics(
+            inputs["rewards"],
+            delta,
+            group_size,
+            threshold=self.threshold,
+            rcc_coef=self.coef,
+            rcc_bound=self.bound,
+        )
 
 
-def reco_options(factor_norm: str) -> Callable[[dict, LossContext], dict]:
-    """ReCo's loss options: weights and the whole window's normalisers, per process."""
+def reco_options(
+    factor_norm: str, factor: str = "variance", vocab_size: int | None = None
+) -> Callable[[dict, LossContext], dict]:
+    """ReCo's loss options: weights and the whole window's normalisers, per process; with
+    the entropy factor, the loss forward's entropies (``policy_entropy``) and V."""
 
     def options(inputs: dict, ctx: LossContext) -> dict:
         # The whole window's weighted counts, per process (DDP averages the gradients).
@@ -129,6 +188,10 @@ def reco_options(factor_norm: str) -> Callable[[dict, LossContext], dict]:
         }
         if "reco_variance_mean" in inputs:
             out["variance_mean"] = inputs["reco_variance_mean"]
+        if factor == "entropy":
+            # Z of factor_norm="mean" is then this micro-batch's mean entropy (docs).
+            out |= {"factor": "entropy", "entropy": inputs["policy_entropy"]}
+            out["vocab_size"] = vocab_size
         return out
 
     return options
@@ -160,7 +223,7 @@ class PolicyObjective:
         agg: str | None,
         max_len: int,
         eps: float,
-        sampling_rcc: SamplingRCC | None = None,
+        rcc: LossTimeRCC | None = None,
         extra: Callable[[dict, LossContext], dict] | None = None,
     ) -> None:
         self.name, self.recipe, self.accepted = name, recipe, loss_option_names(name)
@@ -172,7 +235,7 @@ class PolicyObjective:
             self.fixed["agg"] = agg
         if "max_len" in self.accepted:
             self.fixed["max_len"] = max_len
-        self.eps, self.sampling_rcc, self.extra = eps, sampling_rcc, extra
+        self.eps, self.rcc, self.extra = eps, rcc, extra
 
     def options(self, inputs: dict, ctx: LossContext, ref_key: str) -> dict[str, Any]:
         out = {**self.fixed, "ref_logp": inputs.get(ref_key)}
@@ -193,20 +256,14 @@ class PolicyObjective:
         mask = inputs["completion_mask"]
         prefix = "plain_" if plain else ""
         old = old_logps(logp, inputs, prefix + "old_per_token_logps")
-        advantages = inputs["advantages"]
-        if self.sampling_rcc is not None and not plain:
-            delta = self.sampling_rcc.delta(logp, old, mask)
-            advantages = recipe_advantages(
-                self.recipe,
-                inputs["rewards"],
-                ctx.group_size,
-                delta=delta,
-                rcc_coef=self.sampling_rcc.coef,
-                rcc_bound=self.sampling_rcc.bound,
-                eps=self.eps,
-            )
+        advantages, rcc_metrics = inputs["advantages"], {}
+        delta = None if self.rcc is None or plain else self.rcc.delta(logp, inputs, old)
+        if delta is not None:
+            advantages = rcc_advantages_of(self.recipe, self.rcc, inputs, delta, ctx, self.eps)
+            rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
         options = self.options(inputs, ctx, prefix + "ref_per_token_logps")
-        return policy_loss(self.name, logp, old, advantages, mask, **options)
+        loss, metrics = policy_loss(self.name, logp, old, advantages, mask, **options)
+        return loss, {**metrics, **rcc_metrics}
 
 
 class ContrastiveObjective:
@@ -222,28 +279,29 @@ class ContrastiveObjective:
         max_margin: float,
         warmup: float,
         threshold: float,
-        sampling_rcc: SamplingRCC | None = None,
+        rcc: LossTimeRCC | None = None,
     ) -> None:
         self.tau, self.max_margin, self.warmup = tau, max_margin, warmup
-        self.threshold, self.sampling_rcc = threshold, sampling_rcc
+        self.threshold, self.rcc = threshold, rcc
 
     def __call__(
         self, logp: torch.Tensor, inputs: dict, ctx: LossContext, *, plain: bool = False
     ) -> tuple[torch.Tensor, Metrics]:
         """``plain``: the plain-prompt share of BiCC's mix (RCC's sampling delta then
         against the plain prompt's pi_old)."""
-        baseline = inputs.get("conspo_baseline")
-        if self.sampling_rcc is not None:
-            mask = inputs["completion_mask"]
+        baseline, rcc_metrics = inputs.get("conspo_baseline"), {}
+        if self.rcc is not None:
             key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
-            delta = self.sampling_rcc.delta(logp, old_logps(logp, inputs, key), mask)
-            baseline = rcc_baseline(
-                inputs["rewards"],
-                delta,
-                ctx.group_size,
-                coef=self.sampling_rcc.coef,
-                bound=self.sampling_rcc.bound,
-            )
+            delta = self.rcc.delta(logp, inputs, old_logps(logp, inputs, key))
+            if delta is not None:
+                baseline = rcc_baseline(
+                    inputs["rewards"],
+                    delta,
+                    ctx.group_size,
+                    coef=self.rcc.coef,
+                    bound=self.rcc.bound,
+                )
+                rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
         margin = conspo_margin(ctx.progress, max_margin=self.max_margin, warmup=self.warmup)
         loss, metrics = conspo_loss(
             logp,
@@ -255,7 +313,7 @@ class ContrastiveObjective:
             threshold=self.threshold,
             baseline=baseline,
         )
-        return loss / ctx.accum, metrics
+        return loss / ctx.accum, {**metrics, **rcc_metrics}
 
 
 def without_tool_tokens(inputs: dict) -> dict:
@@ -264,18 +322,43 @@ def without_tool_tokens(inputs: dict) -> dict:
     output, so they get no gradient (as in TRL's loss). The forward keeps the full mask."""
     if "tool_mask" not in inputs:
         return inputs
-    return {**inputs, "completion_mask": inputs["completion_mask"] * inputs["tool_mask"]}
+    mask = inputs["completion_mask"]
+    return {
+        **inputs,
+        "completion_mask": mask * inputs["tool_mask"],
+        "forward_completion_mask": mask,
+    }
 
 
 class Loss:
-    """The policy log-prob pass then the objective."""
+    """The policy log-prob pass then the objective. ``entropy``: the objective reads the
+    pass's per-token entropies (ReCo's entropy factor) as ``policy_entropy``."""
 
-    def __init__(self, logps: PolicyLogps, objective: PolicyObjective | ContrastiveObjective):
-        self.logps, self.objective = logps, objective
+    def __init__(
+        self,
+        logps: PolicyLogps,
+        objective: PolicyObjective | ContrastiveObjective,
+        *,
+        entropy: bool = False,
+    ) -> None:
+        self.logps, self.objective, self.entropy = logps, objective, entropy
         self.name = objective.name
 
+    def policy_pass(
+        self,
+        logps: PolicyLogps,
+        model,
+        inputs: dict,
+        ctx: LossContext,  # noqa: ANN001
+    ) -> tuple[torch.Tensor, dict]:
+        """The log-probs (B, T) and the objective's inputs (tool tokens folded in)."""
+        if not self.entropy:
+            return logps(model, inputs, ctx), without_tool_tokens(inputs)
+        logp, entropies = logps(model, inputs, ctx, entropy=True)
+        return logp, {**without_tool_tokens(inputs), "policy_entropy": entropies}
+
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
-        return self.objective(self.logps(model, inputs, ctx), without_tool_tokens(inputs), ctx)
+        return self.objective(*self.policy_pass(self.logps, model, inputs, ctx), ctx)
 
 
 class TRLLoss:
@@ -283,18 +366,46 @@ class TRLLoss:
     TRL settings are in the config, :mod:`.trl_settings`). With BiCC (``bicc_mix`` 1) the
     policy reads the conditioned prompt: TRL's loss takes ``prompt_ids`` / ``prompt_mask``
     from the inputs, so they are BiCC's; old / reference log-probs are the stages' (the
-    ratio mode's). TRL logs its own metrics; none are returned here."""
+    ratio mode's). TRL logs its own metrics; only RCC's loss-time delta diagnostics are
+    returned here.
 
-    def __init__(self, name: str, *, conditioned: bool) -> None:
+    RCC at loss time (:class:`LossTimeRCC`, frozen reference): TRL's loss reads
+    ``inputs["advantages"]`` after its policy forward, so the forward's log-probs are handed
+    to ``on_logps``, which sets the RCC advantages of the micro-batch before TRL reads them.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        conditioned: bool,
+        recipe: Recipe | None = None,
+        rcc: LossTimeRCC | None = None,
+        eps: float = 1e-6,
+    ) -> None:
         self.name, self.conditioned = name, conditioned
+        self.recipe, self.rcc, self.eps = recipe, rcc, eps
         # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
         self.logps = PolicyLogps(conditioned=conditioned)
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
+        inputs = dict(inputs)  # the micro-batch stays as the stages left it
         if self.conditioned:
             ids, mask = self.logps.keys
-            inputs = {**inputs, "prompt_ids": inputs[ids], "prompt_mask": inputs[mask]}
-        return ctx.trl_loss(model, inputs), {}
+            inputs.update(prompt_ids=inputs[ids], prompt_mask=inputs[mask])
+        metrics: Metrics = {}
+        on_logps = None
+        if self.rcc is not None and RCC_REFERENCE_KEY in inputs:
+
+            def on_logps(logp: torch.Tensor) -> None:
+                delta = self.rcc.delta(logp, inputs, None)
+                inputs["advantages"] = rcc_advantages_of(
+                    self.recipe, self.rcc, inputs, delta, ctx, self.eps
+                )
+                metrics.update(self.rcc.metrics(inputs, delta, ctx.group_size))
+
+        loss = ctx.trl_loss(model, inputs, conditioned=self.conditioned, on_logps=on_logps)
+        return loss, metrics
 
 
 class MixedLoss(Loss):
@@ -302,54 +413,69 @@ class MixedLoss(Loss):
     ``1 - mix`` x the same loss (policy or ConSPO) on the plain prompts (this project's
     option, docs/bicc.md); the metrics are the conditioned share's."""
 
-    def __init__(self, objective: PolicyObjective | ContrastiveObjective, mix: float) -> None:
-        super().__init__(PolicyLogps(conditioned=True), objective)
+    def __init__(
+        self,
+        objective: PolicyObjective | ContrastiveObjective,
+        mix: float,
+        *,
+        entropy: bool = False,
+    ) -> None:
+        super().__init__(PolicyLogps(conditioned=True), objective, entropy=entropy)
         self.plain_logps, self.mix = PolicyLogps(conditioned=False), mix
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
         loss, metrics = super().__call__(model, inputs, ctx)
-        plain_logp = self.plain_logps(model, inputs, ctx)
-        plain, _ = self.objective(plain_logp, without_tool_tokens(inputs), ctx, plain=True)
+        plain_logp, plain_inputs = self.policy_pass(self.plain_logps, model, inputs, ctx)
+        plain, _ = self.objective(plain_logp, plain_inputs, ctx, plain=True)
         return self.mix * loss + (1.0 - self.mix) * plain, metrics
 
 
-def build_loss(cfg, recipe: Recipe) -> Loss | TRLLoss:  # noqa: ANN001
+def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noqa: ANN001
     """The loss of a run, from its config (an :class:`~.config.RLVRConfig`): TRL's for
-    the recipes TRL has (:func:`~.trl_settings.uses_trl_loss`), else the project's."""
+    the recipes TRL has (:func:`~.trl_settings.uses_trl_loss`), else the project's.
+    ``model``: the policy, for its vocabulary size (ReCo's entropy factor, ``max`` norm)."""
+    rcc = None
+    if cfg.rcc:
+        rcc = LossTimeRCC(
+            coef=cfg.rcc_coef,
+            reduce=cfg.rcc_delta,
+            bound=cfg.rcc_bound,
+            reference="sampling" if cfg.rcc_reference == "sampling" else "frozen",
+            threshold=cfg.reward_threshold,
+        )
     if uses_trl_loss(cfg):
-        if cfg.bicc and cfg.share_prefix:
-            # Said, not ignored: TRL's loss forwards every row whole (same values).
-            logger.warning(
-                "share_prefix=True has no effect with recipe %s and BiCC: TRL's loss "
-                "forwards each conditioned row whole (docs/performance.md)",
-                cfg.recipe,
-            )
-        return TRLLoss(recipe.loss or cfg.recipe, conditioned=cfg.bicc)
-    sampling_rcc = None
-    if cfg.rcc and cfg.rcc_reference == "sampling":
-        sampling_rcc = SamplingRCC(coef=cfg.rcc_coef, reduce=cfg.rcc_delta, bound=cfg.rcc_bound)
+        name = recipe.loss or cfg.recipe
+        return TRLLoss(name, conditioned=cfg.bicc, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
     if recipe.objective == "contrastive":
         objective = ContrastiveObjective(
             tau=cfg.conspo_tau,
             max_margin=cfg.conspo_max_margin,
             warmup=cfg.conspo_warmup,
             threshold=cfg.reward_threshold,
-            sampling_rcc=sampling_rcc,
+            rcc=rcc,
         )
     else:
-        objective = _policy_objective(cfg, recipe, sampling_rcc)
+        objective = _policy_objective(cfg, recipe, rcc, _vocab_size(model))
+    entropy = cfg.reco and cfg.reco_factor == "entropy"
     if cfg.bicc and cfg.bicc_mix < 1.0:
-        return MixedLoss(objective, cfg.bicc_mix)
-    return Loss(PolicyLogps(conditioned=cfg.bicc), objective)
+        return MixedLoss(objective, cfg.bicc_mix, entropy=entropy)
+    return Loss(PolicyLogps(conditioned=cfg.bicc), objective, entropy=entropy)
 
 
-def _policy_objective(cfg, recipe: Recipe, sampling_rcc: SamplingRCC | None) -> PolicyObjective:  # noqa: ANN001
+def _vocab_size(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    return None if config is None else config.get_text_config().vocab_size
+
+
+def _policy_objective(  # noqa: ANN001
+    cfg, recipe: Recipe, rcc: LossTimeRCC | None, vocab_size: int | None = None
+) -> PolicyObjective:
     name, defaults = seed_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     extra = None
     if cfg.reco:
-        extra = reco_options(cfg.reco_factor_norm)
+        extra = reco_options(cfg.reco_factor_norm, cfg.reco_factor, vocab_size)
     elif cfg.oc_grpo:
         extra = oc_options(cfg.oc_max_weight, cfg.oc_weight_level)
     return PolicyObjective(
@@ -362,6 +488,6 @@ def _policy_objective(cfg, recipe: Recipe, sampling_rcc: SamplingRCC | None) -> 
         agg=cfg.loss_agg,
         max_len=cfg.max_completion_length,
         eps=cfg.adv_eps,
-        sampling_rcc=sampling_rcc,
+        rcc=rcc,
         extra=extra,
     )

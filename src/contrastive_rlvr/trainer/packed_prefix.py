@@ -382,7 +382,34 @@ def packed_prefix_logps(
     layout: PackedLayout | None = None,
     chunk_rows: int | None = None,
 ) -> torch.Tensor:
-    """Per-token log-probs (B, C) of each completion after its prompt, in one forward.
+    """Per-token log-probs (B, C) of each completion after its prompt, in one forward
+    (:func:`packed_prefix_forward` without the entropies)."""
+    logps, _ = packed_prefix_forward(
+        model,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        layout=layout,
+        chunk_rows=chunk_rows,
+    )
+    return logps
+
+
+def packed_prefix_forward(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    layout: PackedLayout | None = None,
+    chunk_rows: int | None = None,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (B, C) of each completion after its prompt, in one forward, and
+    with ``entropy`` the per-token entropies (B, C) of the same positions (the fused head
+    must have been patched with ``"entropy"`` among its outputs, as TRL patches the policy).
 
     ``chunk_rows``: for no-grad calls on a whole generation batch, pack and run at most
     this many rows at a time (lay rows out group by group so that a group's rows share a
@@ -405,10 +432,11 @@ def packed_prefix_logps(
     if chunk_rows is not None and chunk_rows < prompt_ids.size(0):
         tensors = (prompt_ids, prompt_mask, completion_ids, completion_mask)
         parts = [
-            packed_prefix_logps(model, *(t[i : i + chunk_rows] for t in tensors))
+            packed_prefix_forward(model, *(t[i : i + chunk_rows] for t in tensors), entropy=entropy)
             for i in range(0, prompt_ids.size(0), chunk_rows)
         ]
-        return torch.cat(parts, dim=0)
+        logps = torch.cat([p[0] for p in parts], dim=0)
+        return logps, torch.cat([p[1] for p in parts], dim=0) if entropy else None
     if layout is None:
         layout = build_packed_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
     inputs = {}
@@ -429,5 +457,10 @@ def packed_prefix_logps(
         fused_lm_head=True,
         **inputs,
     )
-    flat = out.log_probs.reshape(-1)  # (U * L,)
-    return torch.where(layout.valid, flat[layout.index], 0.0)  # (B, C)
+
+    def per_row(values: torch.Tensor) -> torch.Tensor:  # (U, L) -> (B, C)
+        return torch.where(layout.valid, values.reshape(-1)[layout.index], 0.0)
+
+    if entropy and out.entropy is None:
+        raise ValueError("packed_prefix_forward(entropy=True): the fused head computes no entropy")
+    return per_row(out.log_probs), per_row(out.entropy) if entropy else None

@@ -18,6 +18,8 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 - ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
+- ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
+  run in one forward that encodes each prompt once (:mod:`.sharing`); else TRL's.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -25,7 +27,6 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -38,9 +39,9 @@ from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
 from .guards import SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
-from .prefix import shared_prefix_logps
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
+from .sharing import PromptSharing
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
 
@@ -70,7 +71,7 @@ class RLVRTrainer(GRPOTrainer):
         super().__init__(model, funcs, args, *rest, **kwargs)
         config: RLVRConfig = self.args
         self.recipe = effective_recipe(config)
-        self.loss = build_loss(config, self.recipe)
+        self.loss = build_loss(config, self.recipe, self.model)
         self.loss_name = self.loss.name
         self.nonfinite_losses = 0
         self.skipped_updates = 0
@@ -84,6 +85,9 @@ class RLVRTrainer(GRPOTrainer):
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
             self.ref_model = frozen_copy(self)
+        self.prompt_sharing = PromptSharing.from_config(config, self.accelerator.num_processes)
+        self.prompt_sharing.prepare(self.model, "policy")
+        self.prompt_sharing.prepare(self.ref_model, "reference")
         facts = RunFacts(
             tokenizer=self._tokenizer,
             group_size=self.num_generations,
@@ -92,6 +96,7 @@ class RLVRTrainer(GRPOTrainer):
             dataset_columns=getattr(self.train_dataset, "column_names", None),
             num_processes=self.accelerator.num_processes,
             skipped_rows=lambda: self._skipped_rows,
+            progress=lambda: (self.state.global_step, self.state.max_steps),
         )
         self.pipelines = build_stages(config, facts)
         index = self.accelerator.process_index
@@ -109,36 +114,48 @@ class RLVRTrainer(GRPOTrainer):
         completion_mask,
         *,
         share_prefix: bool = False,
+        entropy: bool = False,
     ):
-        """Per-token log-probs (B, C) of the completion after the given prompt.
-
-        ``share_prefix``: encode each distinct prompt once (:mod:`.prefix`; same values).
-        It needs the model's key/value cache, so it is skipped under gradient
-        checkpointing, and under DDP, whose wrapper expects one forward per backward.
-        With gradient, a MoE model's router loss is kept for ``_compute_loss`` (TRL's).
-        """
+        """Per-token log-probs (B, C) of the completion after the prompt (with ``entropy``,
+        and the per-token entropies (B, C), as a pair). ``share_prefix``: the prompts are
+        BiCC's conditioned ones (else plain); each kind is encoded once per distinct prompt
+        when the run shares it (:mod:`.sharing`). With gradient, a MoE model's router loss
+        is kept for ``_compute_loss`` (TRL's)."""
         aux = self.aux_loss_enabled and torch.is_grad_enabled()
-        if (
-            share_prefix
-            and not aux
-            and self.args.share_prefix
-            and not self.args.gradient_checkpointing
-            and self.accelerator.num_processes == 1
-            # pass 1 encodes the prompt less its last token: it must not be empty
-            and int(prompt_mask.sum(1).min()) >= 2
-        ):
-            return shared_prefix_logps(
-                model, prompt_ids, prompt_mask, completion_ids, completion_mask
-            )
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attn = torch.cat([prompt_mask, completion_mask], dim=1)
         batch_size = self.args.per_device_train_batch_size
-        logps, _, aux_loss = self._get_per_token_logps_and_entropies(
-            model, ids, attn, completion_ids.size(1), batch_size=batch_size, compute_aux_loss=aux
-        )
+        with self.prompt_sharing.prompts("conditioned" if share_prefix else "plain"):
+            logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model, ids, attn, completion_ids.size(1), batch_size=batch_size,
+                compute_entropy=entropy, compute_aux_loss=aux,
+            )  # fmt: skip
         if aux_loss is not None:
             self._aux_losses.append(aux_loss)
-        return logps
+        return (logps, entropies) if entropy else logps
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+        compute_entropy=False, compute_aux_loss=False, **extra,
+    ):  # fmt: skip
+        """TRL hook: TRL's, but repeated prompts shared (:class:`.sharing.PromptSharing`)."""
+        shared = self.prompt_sharing.forward(
+            model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, extra=extra,
+            autocast=self.accelerator.autocast,
+        )  # fmt: skip
+        if shared is None:
+            shared = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                compute_aux_loss, **extra,
+            )  # fmt: skip
+        return self.prompt_sharing.seen(shared)
+
+    def _trl_loss(self, model, inputs: dict, *, conditioned=False, on_logps=None) -> torch.Tensor:
+        """TRL's ``_compute_loss``, its forward reading prompts of that kind (and ``on_logps``)."""
+        kind = "conditioned" if conditioned else "plain"
+        with self.prompt_sharing.prompts(kind, on_logps=on_logps):
+            return GRPOTrainer._compute_loss(self, model, inputs)
 
     def _no_grad_logps(self, model: torch.nn.Module):
         def logps(*tensors: torch.Tensor, share_prefix: bool = False) -> torch.Tensor:
@@ -261,7 +278,7 @@ class RLVRTrainer(GRPOTrainer):
             steps_per_generation=self.args.steps_per_generation,
             num_processes=self.accelerator.num_processes,
             progress=self.state.global_step / max(self.state.max_steps, 1),
-            trl_loss=functools.partial(GRPOTrainer._compute_loss, self),
+            trl_loss=self._trl_loss,
         )
         self._aux_losses = []
         loss, metrics = self.loss(model, inputs, ctx)

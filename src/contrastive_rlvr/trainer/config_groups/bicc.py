@@ -30,8 +30,20 @@ class BiCCOptions:
     share_prefix: bool = field(
         default=True,
         metadata={
-            "help": "BiCC: encode each distinct conditioned prompt once and reuse its key/value "
-            "cache for the completions of its partition (same log-probs, fewer tokens)."
+            "help": "BiCC: encode each distinct conditioned prompt once for the completions of "
+            "its partition (same log-probs, fewer tokens): one packed forward where the model's "
+            "attention takes it (sdpa, eager), else the key/value-cache form in one process "
+            "without gradient checkpointing, else per row; the choice is logged "
+            "(docs/performance.md)."
+        },
+    )
+    share_plain_prompt: bool = field(
+        default=False,
+        metadata={
+            "help": "Encode each group's plain prompt once for its G completions, the same way "
+            "(any recipe, BiCC or not; same log-probs within float rounding). Off by default so "
+            "that without the project's additions every forward is TRL's own; worth it for "
+            "long prompts (docs/performance.md)."
         },
     )
     bicc_mix: float = field(

@@ -50,6 +50,18 @@ class RCCOptions:
         },
     )
 
+    rcc_delta_pass: Literal["auto", "stage"] = field(
+        default="auto",
+        metadata={
+            "help": "Where log pi_theta(o|q) for the frozen reference's delta comes from on "
+            "on-policy batches. 'auto': from the loss's own forward (no separate no-grad policy "
+            "pass; the same advantages) when BiCC, VeriGate, OC-GRPO and the delta diagnostics "
+            "are off and every micro-batch holds whole groups, else a separate pass (the "
+            "reason is logged). 'stage': always the separate pass. Off-policy batches use "
+            "TRL's old log-probs either way (docs/performance.md)."
+        },
+    )
+
     def validate_rcc(self) -> None:
         check(math.isfinite(self.rcc_coef), "rcc_coef", self.rcc_coef, "must be finite")
         check(
@@ -60,6 +72,12 @@ class RCCOptions:
             "rcc_reference",
             self.rcc_reference,
             "choose 'reference' or 'sampling'",
+        )
+        check(
+            self.rcc_delta_pass in ("auto", "stage"),
+            "rcc_delta_pass",
+            self.rcc_delta_pass,
+            "choose 'auto' or 'stage'",
         )
         check(
             self.rcc_bound in RCC_BOUNDS,

@@ -88,8 +88,9 @@ class SeedMethodOptions:
         default="variance",
         metadata={
             "help": "ReCo's token factor in place of the ratio: 'variance' (p(1-p) of the sampled "
-            "token) or 'entropy' (entropy of the next-token distribution; does not vanish for a "
-            "rare sampled token; not wired into the loss yet, refused)."
+            "token) or 'entropy' (entropy of the current policy's next-token distribution, "
+            "from the loss forward; does not vanish for a rare sampled token; with "
+            "reco_factor_norm='mean' its Z is the micro-batch's mean entropy)."
         },
     )
     reco_factor_norm: Literal["mean", "max"] = field(
@@ -163,15 +164,6 @@ class SeedMethodOptions:
             self.reco_identity,
             "reco_weights='expected' weighs each response by its own pi_old and uses no identity "
             "key; leave reco_identity='tokens' or use reco_weights='count'",
-        )
-        # The entropy factor needs the current policy's per-token entropies in the loss
-        # forward (trainer/loss.py), which does not compute them yet.
-        check(
-            self.reco_factor != "entropy",
-            "reco_factor",
-            self.reco_factor,
-            "the entropy factor is not wired into the trainer's loss yet (it needs the loss "
-            "forward's per-token entropies); use reco_factor='variance'",
         )
         scorer = self.verigate_scorer
         check(

@@ -41,7 +41,9 @@ class Advantages:
             self.reads = (*self.reads[:-1], "shared.delta")
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
-        delta = batch.shared["delta"] if self.rcc else None
+        # No delta with RCC: the loss takes it from its own forward (``LogProbPasses``'s
+        # ``defer_delta``) and replaces these plain advantages.
+        delta = batch.shared.get("delta") if self.rcc else None
         if self.recipe.objective == "contrastive" and delta is None:
             return batch  # plain ConSPO: a fixed reward threshold, no advantages
         if ctx.group_size == 1:  # evaluation with num_generations_eval=1: no group, A = 0

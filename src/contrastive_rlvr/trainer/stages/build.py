@@ -6,10 +6,12 @@ docs/architecture.md lists the stages, what they read and write, and their switc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..diagnostics import reads_batch_delta
 from ..seed_inputs import build_process_scorer
 from ..trl_settings import effective_recipe, keeps_trl_advantages
 from .advantages import Advantages
@@ -23,6 +25,8 @@ from .nonfinite import RestoreSkippedRewards, SkipNonFiniteGroups
 from .reco import OccurrenceWeights
 from .rewards import RowRewards
 from .verigate import ProcessAdvantages
+
+logger = logging.getLogger(__name__)
 
 
 def needs_reference(cfg) -> bool:  # noqa: ANN001
@@ -51,6 +55,8 @@ class RunFacts:
     #: The (B_global,) rows of groups skipped for a non-finite reward at the batch's last
     #: scoring (``nonfinite_rewards="skip_group"``; the trainer's reward check sets it).
     skipped_rows: Callable[[], Any] | None = None
+    #: (global_step, max_steps) now: which generation batches the diagnostics will read.
+    progress: Callable[[], tuple[int, int]] | None = None
 
 
 def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # noqa: ANN001, ANN201
@@ -68,6 +74,24 @@ def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # no
         )
 
     return render
+
+
+def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:  # noqa: ANN001
+    """Why RCC's delta needs a separate no-grad policy pass, or None when the loss's own
+    forward gives log pi_theta(o | q) on on-policy batches (``rcc_delta_pass="auto"``)."""
+    if not (cfg.rcc and cfg.rcc_reference == "reference"):
+        return "RCC with the frozen reference is off"
+    if cfg.rcc_delta_pass == "stage":
+        return "rcc_delta_pass='stage'"
+    for switch in ("bicc", "verigate", "oc_grpo"):  # their loss forward is not log pi(o | q)
+        if getattr(cfg, switch):  # or they need the RCC advantages before the loss
+            return f"{switch} is on"
+    if cfg.per_device_train_batch_size % group_size:
+        return (
+            f"per_device_train_batch_size={cfg.per_device_train_batch_size} does not hold "
+            f"whole groups of {group_size}"
+        )
+    return None
 
 
 def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
@@ -103,15 +127,20 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     skip, restore = _skip_stages(cfg, facts, resampling=bool(resample))
     stages: list = [RowRewards()]
     old_for_bicc = cfg.bicc and cfg.bicc_ratio_mode == "paper"
+    passes: dict[str, Any] = {}  # the log-prob stage of each mode (evaluation never defers)
     if old_for_bicc or facts.has_reference:
-        stages.append(
-            LogProbPasses(
+        reason = rcc_delta_pass_reason(cfg, facts.group_size)
+        if cfg.rcc and reason is not None:
+            logger.info("RCC: delta from a separate no-grad policy pass, as %s", reason)
+        for mode in ("train", "eval"):
+            passes[mode] = LogProbPasses(
                 old=old_for_bicc,
                 reference=facts.has_reference,
                 keep_reference=cfg.beta > 0,
                 delta_reduce=cfg.rcc_delta,
+                defer_delta=_defer_delta(cfg, facts) if mode == "train" and not reason else None,
             )
-        )
+        stages.append(passes["train"])
     # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
     if (recipe.objective == "policy" and not keeps_trl_advantages(cfg)) or rcc_reference:
         stages.append(
@@ -140,6 +169,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
                 identity=cfg.reco_identity,
                 factor_norm=cfg.reco_factor_norm,
                 weights=cfg.reco_weights,
+                factor=cfg.reco_factor,
             )
         )
     if cfg.bicc:
@@ -151,10 +181,23 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             rcc_bound=cfg.rcc_bound,
         )
     )
+    eval_stages = [passes["eval"] if s is passes.get("train") else s for s in stages]
     return {
         "train": Pipeline(skip + resample + restore + stages),
-        "eval": Pipeline(skip + stages),
+        "eval": Pipeline(skip + eval_stages),
     }
+
+
+def _defer_delta(cfg, facts: RunFacts) -> Callable[[], bool]:  # noqa: ANN001
+    """Whether this training batch's delta may wait for the loss: not on the batches the
+    gradient-variance and deltas.jsonl diagnostics read whole (``reads_batch_delta``)."""
+
+    def defer() -> bool:
+        if facts.progress is None:
+            return cfg.diagnostics_every <= 0 and cfg.deltas_every <= 0
+        return not reads_batch_delta(cfg, *facts.progress())
+
+    return defer
 
 
 def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]:  # noqa: ANN001

@@ -5,6 +5,8 @@ docs/metrics.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...algorithms import sequence_delta
 from .base import Batch, StageContext
 
@@ -19,26 +21,52 @@ class LogProbPasses:
         reference: a frozen reference exists: compute log pi_ref and the delta.
         keep_reference: store the reference log-probs for the loss's KL term (beta > 0).
         delta_reduce: ``"mean"`` or ``"sum"`` over tokens for the delta.
+        defer_delta: None, or a predicate asked once a batch: when it says yes, on an
+            on-policy batch (TRL left ``old_per_token_logps`` unset), make no policy pass:
+            the loss takes log pi_theta(o | q) from its own forward, which on policy equals
+            log pi_old(o | q), and the delta from it and ``data["rcc_ref_per_token_logps"]``
+            (RCC at loss time, :mod:`..loss`).
 
     Writes ``shared["old_logps"]`` (B, T), ``shared["delta"]`` (B_global,) and, with
-    ``keep_reference``, ``data["ref_per_token_logps"]``.
+    ``keep_reference``, ``data["ref_per_token_logps"]``; when the delta is deferred,
+    ``data["rcc_ref_per_token_logps"]`` (B, T) and no ``shared["delta"]``.
     """
 
     name = "logprobs"
     reads = ("data.prompt_ids", "data.completion_mask", "data.old_per_token_logps?")
-    writes = ("shared.old_logps", "shared.delta", "data.ref_per_token_logps")
+    writes = (
+        "shared.old_logps",
+        "shared.delta",
+        "data.ref_per_token_logps",
+        "data.rcc_ref_per_token_logps",
+    )
 
     def __init__(
-        self, *, old: bool, reference: bool, keep_reference: bool, delta_reduce: str
+        self,
+        *,
+        old: bool,
+        reference: bool,
+        keep_reference: bool,
+        delta_reduce: str,
+        defer_delta: Callable[[], bool] | None = None,
     ) -> None:
         self.old, self.reference = old, reference
         self.keep_reference, self.delta_reduce = keep_reference, delta_reduce
+        self.defer_delta = defer_delta
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         out = batch.data
         plain = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"])
         mask = out["completion_mask"]
         old = out.get("old_per_token_logps")
+        if old is None and not self.old and self.defer_delta is not None and self.defer_delta():
+            ref = out.get("ref_per_token_logps")
+            if ref is None:
+                ref = ctx.reference_logps(*plain, mask)
+                if self.keep_reference:
+                    out["ref_per_token_logps"] = ref
+            out["rcc_ref_per_token_logps"] = ref
+            return batch
         if old is None and (self.old or self.reference):
             old = ctx.policy_logps(*plain, mask)
         if old is not None:

@@ -32,6 +32,9 @@ class OccurrenceWeights:
             (``"count"`` only).
         factor_norm: ``"mean"`` or ``"max"``.
         weights: ``"count"`` or ``"expected"``.
+        factor: ``"variance"`` or ``"entropy"``; the batch's mean p(1 - p) is written for
+            the variance factor only (the entropy factor's Z is the loss micro-batch's
+            mean entropy, or log V).
     """
 
     name = "occurrence_weights"
@@ -48,16 +51,19 @@ class OccurrenceWeights:
         "data.reco_variance_mean",
     )
 
-    def __init__(self, *, identity: str, factor_norm: str, weights: str = "count") -> None:
+    def __init__(
+        self, *, identity: str, factor_norm: str, weights: str = "count", factor: str = "variance"
+    ) -> None:
         if weights not in ("count", "expected"):
             raise ValueError(f"unknown ReCo weights {weights!r}; valid: count, expected")
         self.identity, self.factor_norm, self.weights = identity, factor_norm, weights
+        self.variance_mean = factor == "variance" and factor_norm == "mean"
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         out = batch.data
         mask = out["completion_mask"]
         old = None
-        if self.weights == "expected" or self.factor_norm == "mean":
+        if self.weights == "expected" or self.variance_mean:
             old = self._old_logps(batch, ctx)
         if self.weights == "expected":
             weights = expected_occurrence_weights(old, mask, ctx.group_size).to(mask.device)
@@ -66,7 +72,7 @@ class OccurrenceWeights:
         out["reco_weights"] = weights
         out["reco_weight_sum"] = ctx.gather(weights.sum().reshape(1)).sum()
         out["reco_weighted_tokens"] = ctx.gather((weights * mask.sum(1)).sum().reshape(1)).sum()
-        if self.factor_norm == "mean":
+        if self.variance_mean:
             p = masked_fill_zero(old, mask).exp()
             var = masked_fill_zero(p * (1 - p), mask).sum().reshape(1)
             out["reco_variance_mean"] = (

@@ -1,0 +1,177 @@
+"""Which forward computes the log-probs of rows whose prompts repeat, chosen once per model
+and logged, and the call that runs it in place of TRL's per-row forward.
+
+Under BiCC every row of one partition of a group reads the same conditioned prompt
+``[q ; O_opp]``; under plain GRPO every row of a group reads the same ``q``. Three forms
+give the same log-probs (tests/test_packed_prefix.py, tests/test_sharing.py):
+
+- ``"packed"`` (:mod:`.packed_prefix`): one forward in which each distinct prompt is
+  encoded once and every completion attends to it and to itself. One forward per
+  backward, so it runs under gradient checkpointing, DDP, ZeRO and FSDP. Needs a model
+  whose attention takes the layout (:func:`~.packed_prefix.supports_packed_prefix`).
+- ``"cache"`` (:mod:`.prefix`): the two-pass key/value-cache form, for a model the packed
+  form cannot take, in one process without gradient checkpointing (it is two forwards per
+  backward and needs the cache). No entropies: a call that needs them runs per row.
+- per row: TRL's ``_get_per_token_logps_and_entropies``, always right; also taken for
+  multimodal inputs and a MoE model's router loss (the packed layout changes which tokens
+  the router sees, so its load-balancing loss would differ).
+
+What is shared is the run's choice: ``share_prefix`` for BiCC's conditioned prompts (on by
+default), ``share_plain_prompt`` for plain prompts (off by default, so that with the
+project's additions off every forward is TRL's own). docs/performance.md has the
+measurements.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any, Literal
+
+import torch
+
+from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
+from .prefix import shared_prefix_logps
+
+logger = logging.getLogger(__name__)
+
+PromptKind = Literal["plain", "conditioned"]
+Form = Literal["packed", "cache"]
+LogpsAndEntropies = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+class PromptSharing:
+    """The run's choice of forward for repeated prompts.
+
+    Args:
+        conditioned: share BiCC's conditioned prompts (``share_prefix``).
+        plain: share plain prompts (``share_plain_prompt``).
+        gradient_checkpointing: the cache form cannot run under it.
+        num_processes: the cache form cannot run under DDP (two forwards per backward).
+
+    ``prompts(kind)`` says which prompts the next forwards read (``"plain"`` outside it);
+    ``forward`` runs them shared when the run shares that kind and the model allows, and
+    returns None otherwise (the caller runs TRL's per-row forward). ``prompts(kind,
+    on_logps=f)`` also hands the log-probs of the first forward with gradient inside it to
+    ``f`` (through :meth:`seen`): RCC's loss-time delta inside TRL's own loss.
+    """
+
+    def __init__(
+        self,
+        *,
+        conditioned: bool,
+        plain: bool,
+        gradient_checkpointing: bool,
+        num_processes: int,
+    ) -> None:
+        self.enabled: dict[str, bool] = {"conditioned": conditioned, "plain": plain}
+        self.cache_allowed = not gradient_checkpointing and num_processes == 1
+        self.kind: PromptKind = "plain"
+        self._forms: dict[int, Form | None] = {}
+        self._on_logps: Callable[[torch.Tensor], None] | None = None
+
+    @classmethod
+    def from_config(cls, cfg, num_processes: int) -> PromptSharing:  # noqa: ANN001
+        """From an :class:`~.config.RLVRConfig`: ``share_prefix`` counts with BiCC on."""
+        return cls(
+            conditioned=bool(cfg.bicc and cfg.share_prefix),
+            plain=cfg.share_plain_prompt,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            num_processes=num_processes,
+        )
+
+    @property
+    def active(self) -> bool:
+        return any(self.enabled.values())
+
+    def prepare(self, model: torch.nn.Module, role: str) -> Form | None:
+        """Choose the form for ``model`` (switching an SDPA model to split attention for the
+        packed form) and log it with the reason when it is not the packed one."""
+        if not self.active or model is None:
+            return None
+        key = id(model)
+        if key not in self._forms:
+            ok, reason = supports_packed_prefix(model)
+            if ok:
+                enable_split_attention(model)
+                self._forms[key] = "packed"
+                logger.info("prompt sharing (%s): packed forward", role)
+            elif self.cache_allowed:
+                self._forms[key] = "cache"
+                logger.warning("prompt sharing (%s): key/value-cache form, as %s", role, reason)
+            else:
+                self._forms[key] = None
+                logger.warning(
+                    "prompt sharing (%s): per-row forward, as %s (and the cache form needs one "
+                    "process without gradient checkpointing)",
+                    role,
+                    reason,
+                )
+        return self._forms[key]
+
+    @contextmanager
+    def prompts(
+        self, kind: PromptKind, on_logps: Callable[[torch.Tensor], None] | None = None
+    ) -> Iterator[None]:
+        """The forwards inside read prompts of this kind; ``on_logps``: see the class."""
+        before = self.kind, self._on_logps
+        self.kind, self._on_logps = kind, on_logps
+        try:
+            yield
+        finally:
+            self.kind, self._on_logps = before
+
+    def seen(self, out: LogpsAndEntropies) -> LogpsAndEntropies:
+        """Every forward's outputs pass here: the first one with gradient inside
+        ``prompts(..., on_logps=f)`` goes to ``f`` (once)."""
+        if self._on_logps is not None and torch.is_grad_enabled():
+            on_logps, self._on_logps = self._on_logps, None
+            on_logps(out[0])
+        return out
+
+    def forward(
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        *,
+        batch_size: int | None,
+        compute_entropy: bool,
+        compute_aux_loss: bool,
+        extra: dict[str, Any],
+        autocast: Callable[[], Any] = nullcontext,
+    ) -> LogpsAndEntropies | None:
+        """TRL's ``_get_per_token_logps_and_entropies`` outputs (log-probs (B, C), entropies
+        (B, C) or None, no router loss) from the shared form, or None where the per-row
+        forward must run. ``input_ids`` (B, P + C) are left-padded prompts then right-padded
+        completions, as TRL builds them; ``extra`` are TRL's multimodal arguments."""
+        if not self.enabled[self.kind] or compute_aux_loss:
+            return None
+        if any(value is not None for value in extra.values()):
+            return None
+        form = self._forms.get(id(model))
+        if form is None:
+            return None
+        prompt_len = input_ids.size(1) - logits_to_keep
+        tensors = (
+            input_ids[:, :prompt_len],
+            attention_mask[:, :prompt_len],
+            input_ids[:, prompt_len:],
+            attention_mask[:, prompt_len:],
+        )
+        if form == "cache":
+            # Pass 1 encodes each prompt less its last token: it must not be empty.
+            if compute_entropy or int(tensors[1].sum(1).min()) < 2:
+                return None
+            with autocast():
+                return shared_prefix_logps(model, *tensors), None, None
+        # Under gradient: one forward for the micro-batch (DDP, ZeRO and checkpointing need
+        # one forward per backward). Without: TRL's chunking of the generation batch.
+        chunk = None if torch.is_grad_enabled() else batch_size
+        with autocast():
+            logps, entropies = packed_prefix_forward(
+                model, *tensors, chunk_rows=chunk, entropy=compute_entropy
+            )
+        return logps, entropies, None
