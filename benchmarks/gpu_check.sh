@@ -16,7 +16,8 @@
 #   bash gpu_check.sh --no-ratios           # the training steps only (--no-train: ratios only)
 # Other arguments go to loss_overhead.py. Environment: PYTHON (default python3), VENV (default
 # ./.venv, made from PYTHON with --system-site-packages; VENV=none installs into PYTHON's own
-# environment), TIMEOUT_S (default 270), TRAIN_TIMEOUT_S (150), TRAIN_BUDGET_S (120).
+# environment), TIMEOUT_S (default 270), TRAIN_TIMEOUT_S (150), TRAIN_BUDGET_S (120), TRAIN_ARGS
+# (more arguments of gpu_train_steps.py, e.g. "--checkpointing" or "--recipes gmpo,conspo").
 # pip installs nothing that is already there. Exit status 0 when both parts passed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -29,7 +30,7 @@ device=cuda
 ratios=1
 train=1
 args=()
-train_args=()
+read -r -a train_args <<< "${TRAIN_ARGS:-}"
 while (( $# )); do
   case "$1" in
     --device) device="$2"; args+=(--device "$2"); train_args+=(--device "$2"); shift 2 ;;

@@ -108,7 +108,7 @@ def prompt_dataset(n: int = 64):  # noqa: ANN201
 
 
 def make_config(recipe: str, shapes: Shapes, *, device: str, steps: int, output_dir: str,
-                bicc_mix: float):  # fmt: skip  # noqa: ANN201
+                bicc_mix: float, checkpointing: bool = False):  # fmt: skip  # noqa: ANN201
     """The run's RLVRConfig: BiCC and RCC on, the recipe's own TRL settings."""
     from contrastive_rlvr.trainer import RLVRConfig
 
@@ -133,7 +133,8 @@ def make_config(recipe: str, shapes: Shapes, *, device: str, steps: int, output_
         seed=0,
         beta=0.0,
         temperature=1.0,
-        gradient_checkpointing=False,
+        # Off as in embedded.yaml (TRL's default is on, as paper.yaml leaves it): --checkpointing.
+        gradient_checkpointing=checkpointing,
         disable_tqdm=True,
         bf16=device == "cuda",
         use_cpu=device == "cpu",
@@ -144,7 +145,14 @@ def make_config(recipe: str, shapes: Shapes, *, device: str, steps: int, output_
 
 
 def run_recipe(
-    recipe: str, shapes: Shapes, *, device: str, steps: int, workdir: Path, bicc_mix: float = 1.0
+    recipe: str,
+    shapes: Shapes,
+    *,
+    device: str,
+    steps: int,
+    workdir: Path,
+    bicc_mix: float = 1.0,
+    checkpointing: bool = False,
 ) -> RecipeResult:
     """Train ``steps`` steps of ``recipe`` with BiCC and RCC on a fresh random model."""
     from transformers.trainer_callback import PrinterCallback
@@ -155,7 +163,8 @@ def run_recipe(
 
     result = RecipeResult(recipe)
     config = make_config(recipe, shapes, device=device, steps=steps,
-                         output_dir=str(workdir / recipe), bicc_mix=bicc_mix)  # fmt: skip
+                         output_dir=str(workdir / recipe), bicc_mix=bicc_mix,
+                         checkpointing=checkpointing)  # fmt: skip
     result.loss_route = "TRL" if uses_trl_loss(config) else "project"
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden=shapes.hidden, layers=shapes.layers,
@@ -233,6 +242,7 @@ def run_all(
     steps: int,
     budget_s: float,
     bicc_mix: float = 1.0,
+    checkpointing: bool = False,
     echo=print,  # noqa: ANN001
 ) -> list[RecipeResult]:
     """Every recipe in turn; one failing (an exception) does not stop the others; none is
@@ -249,7 +259,8 @@ def run_all(
             else:
                 try:
                     result = run_recipe(recipe, shapes, device=device, steps=steps,
-                                        workdir=Path(tmp), bicc_mix=bicc_mix)  # fmt: skip
+                                        workdir=Path(tmp), bicc_mix=bicc_mix,
+                                        checkpointing=checkpointing)  # fmt: skip
                 except Exception as err:  # noqa: BLE001 - reported, the other recipes go on
                     last = traceback.format_exception_only(type(err), err)[-1].strip()
                     result = RecipeResult(recipe, error=last[:300])
@@ -271,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bicc-mix", type=float, default=1.0,
                         help="1.0 (BiCC as the paper states it, default); < 1 sends every "
                         "recipe through the project's loss")  # fmt: skip
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="gradient checkpointing on (TRL's default; off by default here, "
+                        "as in embedded.yaml)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     opts = parser.parse_args(argv)
     if opts.device == "cuda" and not torch.cuda.is_available():
@@ -288,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     precision = "bfloat16 autocast, float32 weights" if opts.device == "cuda" else "float32"
     print(
         f"gpu_train_steps: {len(recipes)} recipe(s) x {opts.steps} step(s), BiCC (mix "
-        f"{opts.bicc_mix}) + RCC, device {opts.device}, {precision}, budget {opts.budget_s:.0f}"
-        f" s; {asdict(shapes)}"
+        f"{opts.bicc_mix}) + RCC, device {opts.device}, {precision}, gradient checkpointing "
+        f"{'on' if opts.checkpointing else 'off'}, budget {opts.budget_s:.0f} s; {asdict(shapes)}"
     )
     for name in ("datasets", "pandas", "pyarrow"):
         module = sys.modules.get(name)
@@ -297,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: the GPU check's stand-in (benchmarks/gpu_stand_ins)")
     started = time.perf_counter()
     results = run_all(recipes, shapes, device=opts.device, steps=opts.steps,
-                      budget_s=opts.budget_s, bicc_mix=opts.bicc_mix)  # fmt: skip
+                      budget_s=opts.budget_s, bicc_mix=opts.bicc_mix,
+                      checkpointing=opts.checkpointing)  # fmt: skip
     passed = sum(r.passed for r in results)
     verdict = "PASS" if passed == len(results) else "FAIL"
     print(
