@@ -33,6 +33,7 @@ reported as not run, a FAIL).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import statistics
@@ -265,6 +266,11 @@ def run_all(
                     last = traceback.format_exception_only(type(err), err)[-1].strip()
                     result = RecipeResult(recipe, error=last[:300])
                     traceback.print_exc(file=sys.stderr)
+            # The trainer holds reference cycles: free this recipe's models and optimizer state
+            # before the next one, whose peak memory is measured from a reset.
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
             results.append(result)
             echo(format_result(result))
     return results
