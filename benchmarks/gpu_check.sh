@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
-# The loss-overhead benchmark on a CUDA machine with PyTorch and no internet (issue 13, item 5).
+# The GPU check, on a CUDA machine with PyTorch and no internet (issue 13 item 5, issue 11 item 6).
 # Run from the folder benchmarks/gpu_prepare.sh filled (gpu_bundle/): it installs the carried
 # wheels into a virtual environment that sees the machine's PyTorch (--system-site-packages),
-# then runs loss_overhead.py in bfloat16 with SDPA on CUDA, every arm with gradient
-# checkpointing off and on, and prints the ratios and the absolute phase times. Budget:
-# under 8 minutes on one H200 (the run is stopped at 7.5 minutes).
+# puts the stand-ins for datasets / pandas / pyarrow on the path for those the machine lacks,
+# then runs two parts, each under its own time limit:
+#   1. loss_overhead.py: the loss-overhead ratios in bfloat16 with SDPA on CUDA, every arm
+#      with gradient checkpointing off and on, and the absolute phase times (TIMEOUT_S);
+#   2. gpu_train_steps.py: 3 training steps of each recipe (grpo, dr_grpo, dapo, gmpo, gspo,
+#      conspo) with BiCC and RCC on, through RLVRTrainer, in bfloat16 on CUDA, with a PASS /
+#      FAIL line per recipe (TRAIN_BUDGET_S: no recipe starts after it; TRAIN_TIMEOUT_S).
+# Budget: under 8 minutes on one H200 (install + 270 s + 150 s at most by default).
 #
-#   bash gpu_check.sh                       # CUDA, bfloat16
+#   bash gpu_check.sh                       # CUDA, bfloat16, both parts
 #   bash gpu_check.sh --device cpu --quick  # a smoke run of this script without a GPU
-# Environment: PYTHON (default python3), VENV (default ./.venv, made from PYTHON with
-# --system-site-packages; VENV=none installs into PYTHON's own environment), TIMEOUT_S
-# (default 450). pip installs nothing that is already there.
+#   bash gpu_check.sh --no-ratios           # the training steps only (--no-train: ratios only)
+# Other arguments go to loss_overhead.py. Environment: PYTHON (default python3), VENV (default
+# ./.venv, made from PYTHON with --system-site-packages; VENV=none installs into PYTHON's own
+# environment), TIMEOUT_S (default 270), TRAIN_TIMEOUT_S (150), TRAIN_BUDGET_S (120), TRAIN_ARGS
+# (more arguments of gpu_train_steps.py, e.g. "--checkpointing" or "--recipes gmpo,conspo").
+# pip installs nothing that is already there. Exit status 0 when both parts passed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
 venv="${VENV:-$here/.venv}"
-timeout_s="${TIMEOUT_S:-450}"
+timeout_s="${TIMEOUT_S:-270}"
+train_timeout_s="${TRAIN_TIMEOUT_S:-150}"
+train_budget_s="${TRAIN_BUDGET_S:-120}"
 device=cuda
+ratios=1
+train=1
 args=()
+read -r -a train_args <<< "${TRAIN_ARGS:-}"
 while (( $# )); do
   case "$1" in
-    --device) device="$2"; args+=(--device "$2"); shift 2 ;;
+    --device) device="$2"; args+=(--device "$2"); train_args+=(--device "$2"); shift 2 ;;
+    --quick) args+=(--quick); train_args+=(--quick); shift ;;
+    --no-ratios) ratios=0; shift ;;
+    --no-train) train=0; shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
 if [[ "$device" == cuda ]]; then
   args=(--device cuda --dtype bfloat16 --all-arms --repeats 5 "${args[@]}")
+  train_args=(--device cuda "${train_args[@]}")
 fi
 
 started=$(date +%s)
@@ -35,7 +52,21 @@ if [[ "$venv" != none ]]; then
   fi
   python="$venv/bin/python"
 fi
-"$python" -m pip install -q --no-index --find-links "$here/wheels" transformers==5.24.0
+wheels=(--no-index --find-links "$here/wheels")
+"$python" -m pip install -q "${wheels[@]}" transformers==5.24.0 rich==15.0.0 pyyaml psutil jinja2
+# Without dependencies: trl's datasets / pandas / pyarrow are not carried (stand-ins below).
+"$python" -m pip install -q "${wheels[@]}" --no-deps trl==1.16.0 accelerate==1.15.0
+
+# The stand-ins for the packages the machine lacks only (a real installed one wins).
+stand_ins="$here/.stand-ins"
+rm -rf "$stand_ins"
+mkdir -p "$stand_ins"
+for module in datasets pandas pyarrow; do
+  if ! "$python" -c "import $module" 2>/dev/null; then
+    cp -r "$here/stand_ins/$module" "$stand_ins/"
+    echo "stand-in: $module (not installed here; benchmarks/gpu_stand_ins/README.md)"
+  fi
+done
 "$python" - "$device" <<'PY'
 import sys
 import torch
@@ -44,8 +75,27 @@ print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
       f"python {sys.version.split()[0]}")
 if sys.argv[1] == "cuda" and not torch.cuda.is_available():
     sys.exit("gpu_check: torch.cuda.is_available() is False; use --device cpu for a smoke run")
+if torch.cuda.is_available():
+    print(f"cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
 PY
 echo "bundle commit: $(cat "$here/COMMIT" 2>/dev/null || echo unknown); $(date -u +%FT%TZ)"
-export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
-timeout "$timeout_s" "$python" "$here/loss_overhead.py" "${args[@]}"
-echo "gpu_check: done in $(( $(date +%s) - started )) s"
+export PYTHONPATH="$here/src:$stand_ins${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+
+ratios_rc=skipped
+if (( ratios )); then
+  echo "== 1. loss-overhead ratios (limit ${timeout_s} s)"
+  ratios_rc=0
+  timeout "$timeout_s" "$python" "$here/loss_overhead.py" "${args[@]}" || ratios_rc=$?
+fi
+train_rc=skipped
+if (( train )); then
+  echo "== 2. training steps of every recipe with BiCC + RCC (budget ${train_budget_s} s," \
+       "limit ${train_timeout_s} s)"
+  train_rc=0
+  timeout "$train_timeout_s" "$python" "$here/gpu_train_steps.py" "${train_args[@]}" \
+    --budget-s "$train_budget_s" || train_rc=$?
+fi
+echo "gpu_check: ratios exit ${ratios_rc}, training steps exit ${train_rc} (124: time limit);" \
+     "done in $(( $(date +%s) - started )) s"
+[[ "$ratios_rc" =~ ^(0|skipped)$ && "$train_rc" =~ ^(0|skipped)$ ]]

@@ -166,6 +166,37 @@ def test_table_numbers_by_hand_and_failures_reported(tmp_path, fake_training):
     assert fake_training == [("grpo", "bicc", 2)]
 
 
+def test_non_embedded_model_starts_from_paper_yaml_as_train_does(
+    tmp_path, fake_training, monkeypatch
+):
+    # train --model X (X not embedded) starts from paper.yaml (lr 1e-6, cosine); compare
+    # used to copy embedded.yaml (lr 1e-4, constant) whatever --model said.
+    import yaml
+
+    import contrastive_rlvr.trainer.run as run_module
+    from contrastive_rlvr.configs import config_path
+
+    seen = []
+    inner = run_module.train  # fake_training's stand-in
+
+    def record(cfg, progress=True):
+        seen.append((cfg.model, cfg.learning_rate, cfg.lr_scheduler_type))
+        return inner(cfg, progress=progress)
+
+    monkeypatch.setattr(run_module, "train", record)
+    spec = cmp.make_spec(
+        recipes="grpo",
+        arms="plain",
+        seeds="0",
+        output_dir=tmp_path / "out",
+        overrides=["--model", "some-org/some-model"],
+    )
+    cmp.run_compare(spec, echo=lambda _line: None)
+    copied = yaml.safe_load((tmp_path / "out" / "base-config.yaml").read_text())
+    assert copied == yaml.safe_load(config_path("paper.yaml").read_text())
+    assert seen == [("some-org/some-model", 1e-6, "cosine")]
+
+
 def test_spec_from_yaml_then_flags(tmp_path):
     spec_file = tmp_path / "c.yaml"
     spec_file.write_text(

@@ -248,3 +248,41 @@ def test_the_trainer_stays_thin():
             assert len(inspect.getsourcelines(member)[0]) <= 60, name
     for switch in ("bicc", "rcc", "verigate", "reco", "oc_grpo", "dynamic_sampling"):
         assert f"cfg.{switch}" not in source and f"config.{switch}" not in source
+
+
+@pytest.mark.parametrize(
+    "overrides, route",
+    [
+        (dict(recipe="grpo"), "trl"),
+        (dict(recipe="gspo", bicc=True, bicc_mix=1.0, rcc=True), "trl"),
+        (dict(recipe="gmpo"), "project"),
+        (dict(recipe="grpo", bicc=True, bicc_mix=0.5), "project"),
+    ],
+)
+def test_loss_metric_keys_follow_the_loss_route(model_dir, tmp_path, overrides, route):
+    # The loss-side keys a step logs are those of the route's table (callbacks.py,
+    # docs/metrics.md), never the other route's: TRL's loss logs TRL's names.
+    from contrastive_rlvr.trainer.callbacks import (
+        PROJECT_LOSS_METRIC_KEYS,
+        TRL_LOSS_METRIC_KEYS,
+        loss_metric_keys,
+    )
+
+    config = make_config(tmp_path, max_steps=1, beta=0.04, **overrides)
+    ours, other = (
+        (TRL_LOSS_METRIC_KEYS, PROJECT_LOSS_METRIC_KEYS)
+        if route == "trl"
+        else (PROJECT_LOSS_METRIC_KEYS, TRL_LOSS_METRIC_KEYS)
+    )
+    assert loss_metric_keys(config) is ours
+    trainer = make_trainer(model_dir, config)
+    trainer.train()
+    logged = set().union(*(entry.keys() for entry in trainer.state.log_history))
+    always = {
+        "trl": {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                "clip_ratio/low_min", "clip_ratio/high_max", "entropy", "kl"},
+        "project": {"loss/policy", "clip/frac", "clip/low_frac", "clip/high_frac",
+                    "ratio/mean", "kl/mean"},
+    }[route]  # fmt: skip
+    assert always <= logged
+    assert not (set(other) - set(ours)) & logged

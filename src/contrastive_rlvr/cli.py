@@ -134,7 +134,10 @@ def compare(
     ),
     seeds: str | None = typer.Option(None, "--seeds", help="Comma-separated (default 0,1,2)."),
     config: Path | None = typer.Option(
-        None, "--config", help="RLVRConfig YAML for every run (default: the embedded default)."
+        None,
+        "--config",
+        help="RLVRConfig YAML for every run (default: as train, embedded.yaml for the "
+        "embedded model, paper.yaml for any other --model).",
     ),
     spec: Path | None = typer.Option(
         None, "--spec", help="YAML of these options (recipes, arms, seeds, config, overrides, ...)."

@@ -84,7 +84,9 @@ class CompareSpec:
         recipes: recipe names (rows are grouped by recipe).
         arms: any of ``plain``, ``bicc``, ``rcc``, ``bicc+rcc``.
         seeds: run seeds (also the seed of the SFT warm start and of the evaluation).
-        config: RLVRConfig YAML applied to every run (None: the embedded default).
+        config: RLVRConfig YAML applied to every run (None: the shipped base ``train``
+            takes for the ``--model`` of ``overrides``: embedded.yaml for the embedded
+            model or none named, paper.yaml for any other).
         overrides: ``--field value`` RLVRConfig overrides applied to every run.
         output_dir: OUT.
         jobs: runs at once.
@@ -453,12 +455,14 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     that copy, so that an edit of the original while the matrix runs changes no run.
     Ctrl-C returns at once with the running run(s) in ``report["interrupted"]``.
     """
-    from .trainer.parse import default_config_path
+    from .configs import base_config_for, model_in_args
 
     runs = plan_runs(spec)
     out = Path(spec.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    source = Path(spec.config) if spec.config else default_config_path()
+    # No --config: the base ``train`` would take for this --model (embedded.yaml for the
+    # embedded model, paper.yaml for any other), so that a matrix runs what train runs.
+    source = Path(spec.config) if spec.config else base_config_for(model_in_args(spec.overrides))
     base = out / BASE_CONFIG
     base.write_text(f"# copied from {source}\n" + source.read_text())
     spec = dataclasses.replace(spec, config=str(base))
