@@ -19,7 +19,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
-  run in one forward that encodes each prompt once (:mod:`.sharing`); else TRL's.
+  run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
