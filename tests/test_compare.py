@@ -52,8 +52,21 @@ def test_real_matrix_writes_runs_table_and_json(real_matrix):
             (out / row["recipe"] / row["arm"] / "seed0" / "summary.json").read_text()
         )
         assert row["after"]["mean"] == summary["heldout_avg@n_after"]
+        # the RCC arms' gradient variance, from the runs' own diag lines (both steps)
+        assert ("grad_var_ratio" in row) == (row["arm"] == "bicc+rcc")
+        if row["arm"] == "bicc+rcc":
+            lines = (out / row["recipe"] / row["arm"] / "seed0" / "metrics.jsonl").read_text()
+            steps = [json.loads(line) for line in lines.splitlines()]
+            plain = sum(s["diag/grad_var_plain"] for s in steps)
+            if plain == 0:  # every group of both steps collapsed: no ratio
+                assert row["grad_var_ratio"] is None
+                continue
+            ratio = sum(s["diag/grad_var_rcc"] for s in steps) / plain
+            assert row["grad_var_ratio"]["mean"] == pytest.approx(ratio)
+            assert row["per_seed"]["0"]["grad_var"]["steps"] == 2
     table = (out / "results.md").read_text()
     assert "| Dr.GRPO + BiCC + RCC |" in table and "held-out avg@1" in table
+    assert "gradient variance RCC / plain (ratio of means)" in table
 
 
 def test_second_invocation_skips_finished_runs(real_matrix):
@@ -390,3 +403,69 @@ def test_real_ctrl_c_with_jobs_stops_the_children(tmp_path):
     report = json.loads((out / "results.json").read_text())
     assert sorted(i["arm"] for i in report["interrupted"]) == ["plain", "rcc"]
     assert report["failed"] == []
+
+
+# Hand-written diag lines per seed of the RCC arm: (grad_var_plain, grad_var_rcc) per logged
+# step; None is a step that logged no gradient-variance diagnostic.
+GRAD_VAR_STEPS = {
+    0: [(1.0, 2.0), None, (3.0, 2.0)],
+    1: [(2.0, 3.0), (2.0, 5.0), (0.0, 0.0)],  # the last step: every group collapsed
+    2: [(4.0, 6.0)],
+}
+
+
+def test_rcc_gradient_variance_is_the_ratio_of_means_by_hand(tmp_path, monkeypatch):
+    import contrastive_rlvr.trainer.run as run_module
+
+    def fake_inputs(cfg, directory):
+        (Path(directory) / "sft-model").mkdir(parents=True, exist_ok=True)
+        (Path(directory) / "sft-model" / "config.json").write_text("{}")
+
+    def fake_train(cfg, progress=True):
+        out = Path(cfg.output_dir)
+        summary = {"heldout_avg@n_before": 0.5, "heldout_avg@n_after": 0.7, "eval_n": 4}
+        (out / "summary.json").write_text(json.dumps(summary))
+        lines = []
+        for step, pair in enumerate(GRAD_VAR_STEPS[cfg.seed], start=1):
+            row = {"step": step, "reward": 0.5}
+            if pair is not None:
+                row["diag/grad_var_plain"], row["diag/grad_var_rcc"] = pair
+            lines.append(json.dumps(row))
+        (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+    monkeypatch.setattr(run_module, "load_run_inputs", fake_inputs)
+    monkeypatch.setattr(run_module, "train", fake_train)
+    spec = cmp.make_spec(recipes="grpo", arms="plain,rcc", seeds="0,1,2", output_dir=tmp_path)
+    report = cmp.run_compare(spec, echo=lambda _: None)
+    rows = {row["arm"]: row for row in report["rows"]}
+    assert "grad_var_ratio" not in rows["plain"]  # not an RCC arm
+    seeds = rows["rcc"]["per_seed"]
+    # seed 0: (2 + 2) / (1 + 3) = 1.0; the mean of per-step ratios (2/1 + 2/3) / 2 = 1.3333
+    # reads higher (Jensen: the mean of a ratio of noisy positive numbers)
+    assert seeds["0"]["grad_var"]["ratio_of_means"] == pytest.approx(1.0)
+    assert seeds["0"]["grad_var"]["mean_of_step_ratios"] == pytest.approx(4 / 3)
+    assert seeds["0"]["grad_var"]["steps"] == 2
+    # seed 1: (3 + 5 + 0) / (2 + 2 + 0) = 2.0 over 3 steps; mean plain 4/3, mean rcc 8/3
+    assert seeds["1"]["grad_var"]["ratio_of_means"] == pytest.approx(2.0)
+    assert seeds["1"]["grad_var"]["mean_grad_var_plain"] == pytest.approx(4 / 3)
+    assert seeds["1"]["grad_var"]["mean_grad_var_rcc"] == pytest.approx(8 / 3)
+    assert seeds["1"]["grad_var"]["steps"] == 3
+    # seed 2: 6 / 4 = 1.5. Over seeds: 1.0, 2.0, 1.5 -> mean 1.5, s = 0.5,
+    # half-width = t_{0.975,2} * 0.5 / sqrt(3) = 4.302653 * 0.5 / 1.7320508 = 1.242068
+    assert seeds["2"]["grad_var"]["ratio_of_means"] == pytest.approx(1.5)
+    ci = rows["rcc"]["grad_var_ratio"]
+    assert ci["mean"] == pytest.approx(1.5)
+    assert ci["ci_half_width"] == pytest.approx(1.242068, abs=1e-6)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["rows"][1]["grad_var_ratio"]["mean"] == pytest.approx(1.5)
+    table = (tmp_path / "results.md").read_text()
+    assert "| GRPO + RCC | 1.500 ± 1.242 | 1-3 | 3 |" in table
+    assert "ratio of means" in table
+
+
+def test_rcc_arm_without_gradient_variance_lines_reports_none(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "diag/grad_var_plain": 0.0, '
+                       '"diag/grad_var_rcc": 0.0}\n')  # fmt: skip
+    assert cmp.grad_var_summary(metrics) is None  # plain mean 0: no ratio
+    assert cmp.grad_var_summary(tmp_path / "missing.jsonl") is None

@@ -74,6 +74,7 @@ LOG_TAIL_CHARS = 4000
 #: Seconds a child process has to stop after SIGINT before it is killed.
 STOP_GRACE_S = 30
 CI_LEVEL = 0.95
+METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass
@@ -552,6 +553,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
     """Per-seed values and, per recipe and arm, mean and t interval of the held-out
     avg@n after RL, of the SFT start, and of the paired difference to the plain arm."""
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
+    run_dirs: dict[tuple[str, str], dict[int, Path]] = {}
     failed = []
     eval_n = None
     for res in results:
@@ -568,6 +570,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             )
             continue
         per_cell.setdefault((res.run.recipe, res.run.arm), {})[res.run.seed] = res.summary
+        run_dirs.setdefault((res.run.recipe, res.run.arm), {})[res.run.seed] = res.run.output_dir
         eval_n = res.summary.get("eval_n", eval_n)
     rows = []
     for recipe in spec.recipes:
@@ -578,34 +581,81 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             after = {k: s["heldout_avg@n_after"] for k, s in sorted(cell.items())}
             before = {k: s["heldout_avg@n_before"] for k, s in sorted(cell.items())}
             diff = None if arm == "plain" else paired_difference_ci(after, plain_after, CI_LEVEL)
-            rows.append(
-                {
-                    "recipe": recipe,
-                    "arm": arm,
-                    "label": RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm],
-                    "seeds": sorted(after),
-                    "after": _ci_dict(after),
-                    "before": _ci_dict(before),
-                    "diff_vs_plain": diff.to_dict() if diff else None,
-                    "per_seed": {
-                        str(k): {
-                            "after": after[k],
-                            "before": before[k],
-                            "steps": cell[k].get("steps"),
-                            "wall_seconds": cell[k].get("wall_seconds"),
-                        }
-                        for k in after
-                    },
-                }
-            )
+            grad_var: dict[int, dict | None] = {}
+            if ARMS[arm][1]:  # an RCC arm: its runs log the gradient-variance diagnostic
+                dirs = run_dirs.get((recipe, arm), {})
+                grad_var = {k: grad_var_summary(dirs[k] / METRICS_FILE) for k in after}
+            ratios = {k: g["ratio_of_means"] for k, g in grad_var.items() if g is not None}
+            row = {
+                "recipe": recipe,
+                "arm": arm,
+                "label": RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm],
+                "seeds": sorted(after),
+                "after": _ci_dict(after),
+                "before": _ci_dict(before),
+                "diff_vs_plain": diff.to_dict() if diff else None,
+                "per_seed": {
+                    str(k): {
+                        "after": after[k],
+                        "before": before[k],
+                        "steps": cell[k].get("steps"),
+                        "wall_seconds": cell[k].get("wall_seconds"),
+                    }
+                    for k in after
+                },
+            }
+            if ARMS[arm][1]:
+                row["grad_var_ratio"] = _ci_dict(ratios)
+                for k, summary in grad_var.items():
+                    row["per_seed"][str(k)]["grad_var"] = summary
+            rows.append(row)
     return {
         "metric": f"held-out avg@{eval_n}",
         "ci": f"{int(CI_LEVEL * 100)}% Student t interval over seeds, n-1 degrees of freedom",
         "difference": "mean over seeds of (arm - plain arm of the same recipe), paired by seed",
+        "grad_var": GRAD_VAR_NOTE,
         "spec": dataclasses.asdict(spec),
         "rows": rows,
         "failed": failed,
         "pending": pending,
+    }
+
+
+GRAD_VAR_NOTE = (
+    "RCC arms: mean over the run's logged steps of diag/grad_var_rcc divided by the mean "
+    "over the same steps of diag/grad_var_plain (a ratio of means, not the mean of the "
+    "per-step diag/grad_var_ratio; docs/compare.md), per seed, then mean and t interval "
+    "over seeds"
+)
+
+
+def grad_var_summary(metrics_file: Path) -> dict | None:
+    """RCC's gradient-variance ratio of one run: ``sum_s v_rcc(s) / sum_s v_plain(s)`` over
+    the steps ``s`` of ``metrics.jsonl`` that log both ``diag/grad_var_plain`` and
+    ``diag/grad_var_rcc`` (the ratio of the mean variances; steps where every group
+    collapsed, both 0, count as they are). Also the means themselves, the number of steps
+    and, for comparison only, the mean of the per-step ratios over the steps with a
+    positive plain variance. None when no step logs both or the plain mean is 0."""
+    if not metrics_file.exists():
+        return None
+    plain, rcc = [], []
+    for line in metrics_file.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        p, r = row.get("diag/grad_var_plain"), row.get("diag/grad_var_rcc")
+        if isinstance(p, int | float) and isinstance(r, int | float):
+            plain.append(float(p))
+            rcc.append(float(r))
+    if not plain or sum(plain) <= 0:
+        return None
+    step_ratios = [r / p for p, r in zip(plain, rcc, strict=True) if p > 0]
+    return {
+        "ratio_of_means": sum(rcc) / sum(plain),
+        "mean_grad_var_plain": sum(plain) / len(plain),
+        "mean_grad_var_rcc": sum(rcc) / len(rcc),
+        "steps": len(plain),
+        "mean_of_step_ratios": sum(step_ratios) / len(step_ratios),
     }
 
 
@@ -643,6 +693,7 @@ def results_markdown(report: dict) -> str:
         "interval that contains 0 means no difference was shown at this number of seeds. "
         "SFT start: the same metric before RL.",
     ]
+    lines += _grad_var_table(report["rows"])
     verdicts = _verdicts(report["rows"])
     if verdicts:
         lines += ["", *verdicts]
@@ -658,6 +709,43 @@ def results_markdown(report: dict) -> str:
         lines += ["", "Failed runs (see their error.txt):"]
         lines += [f"- {f['recipe']}/{f['arm']}/seed{f['seed']}" for f in report["failed"]]
     return "\n".join(lines) + "\n"
+
+
+def _grad_var_table(rows: list[dict]) -> list[str]:
+    """The RCC arms' gradient-variance ratio of means (none: no lines)."""
+    rcc_rows = [row for row in rows if "grad_var_ratio" in row]
+    if not rcc_rows:
+        return []
+    lines = [
+        "",
+        "| Method | gradient variance RCC / plain (ratio of means) | logged steps | seeds |",
+        "|---|---|---|---|",
+    ]
+    for row in rcc_rows:
+        ci = row["grad_var_ratio"]
+        if ci is None:
+            value = "–"
+        elif ci["ci_half_width"] is None:
+            value = f"{ci['mean']:.3f}"
+        else:
+            value = f"{ci['mean']:.3f} ± {ci['ci_half_width']:.3f}"
+        seeds = [s for s in row["per_seed"].values() if s.get("grad_var")]
+        steps = sorted({s["grad_var"]["steps"] for s in seeds})
+        if not steps:
+            steps_text = "–"
+        elif len(steps) == 1:
+            steps_text = str(steps[0])
+        else:
+            steps_text = f"{steps[0]}-{steps[-1]}"
+        lines.append(f"| {row['label']} | {value} | {steps_text} | {len(seeds)} |")
+    lines += [
+        "",
+        "Gradient variance: mean over a run's logged steps of `diag/grad_var_rcc` over the "
+        "mean over the same steps of `diag/grad_var_plain` (below 1: RCC lowered the "
+        "estimated variance), per seed, then mean ± half-width of the t interval over seeds; "
+        "logged steps: per seed (min-max).",
+    ]
+    return lines
 
 
 def _verdicts(rows: list[dict]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Callbacks: ``metrics.jsonl`` and the progress bar."""
+"""Callbacks: ``metrics.jsonl``, the first update's clip fraction and the progress bar."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ METRIC_KEYS = {
     "rcc/baseline_shift": "(RCC on) mean |b* - mean_g R| over groups",
     "bicc/context_tokens": "(BiCC on) mean tokens of BiCC context added per row",
     "bicc/conditioned_frac": "(BiCC on) share of rows given a conditioned prompt",
+    "bicc/first_update_clip_frac": "(BiCC on) clip/frac (or TRL's clip_ratio/region_mean) of "
+    "the run's first optimizer update, logged once (docs/bicc.md, ratio modes)",
     "reward/skipped_groups": "groups skipped for a non-finite reward (skip_group)",
     "loss/nonfinite_total": "training losses found non-finite so far",
     "loss/skipped_updates_total": "optimizer steps skipped for a non-finite loss or gradient",
@@ -118,6 +120,42 @@ class MetricsJsonl(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        return control
+
+
+#: The share clipped to zero gradient as each loss route logs it: the project's losses
+#: (tokens; rows for GSPO), TRL's ``_compute_loss`` (the same definition, clip_ratio/*).
+CLIP_FRACTION_KEYS = ("clip/frac", "clip_ratio/region_mean")
+FIRST_UPDATE_CLIP_KEY = "bicc/first_update_clip_frac"
+
+
+class FirstUpdateClipFraction(TrainerCallback):
+    """Logs the clip fraction of the run's first optimizer update as
+    ``bicc/first_update_clip_frac``, whichever loss computed it.
+
+    On-policy the first update has ``pi_theta = pi_old``, so any clipping there comes
+    from the ratio's definition: with BiCC's ``paper`` mode the ratio is
+    ``pi(o|[q;O_opp]) / pi_old(o|q)``, not 1 (docs/bicc.md). At the end of step 1 the
+    trainer's metric buffer (``metrics()``, TRL's ``_metrics["train"]``) holds that
+    step's per-micro-batch clip fractions, appended by the project's loss as
+    ``clip/frac`` or by TRL's as ``clip_ratio/region_mean``; their mean (what the step's
+    own log line shows under that name) is added under the new key, which the next log
+    writes (with ``logging_steps`` > 1 too: it is not mixed with later steps). A resumed
+    run (first step already past) logs nothing; a loss without clipping (ConSPO) neither.
+    """
+
+    def __init__(self, metrics: Callable[[], dict[str, list[float]]]) -> None:
+        self.metrics = metrics
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step != 1:
+            return control
+        buffer = self.metrics()
+        for key in CLIP_FRACTION_KEYS:
+            values = [float(v) for v in buffer.get(key, []) if math.isfinite(float(v))]
+            if values:
+                buffer[FIRST_UPDATE_CLIP_KEY] = [sum(values) / len(values)]
+                break
         return control
 
 

@@ -56,6 +56,7 @@ class RLVRConfig(
         self.validate_rcc()
         self.validate_diagnostics()
         self.resolve_recipe_defaults()
+        self.resolve_bicc_defaults()
         self.validate_seed_methods()
         self._validate_combinations()
         if self.bf16 is None and not self.fp16:

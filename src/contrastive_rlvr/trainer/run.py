@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from ..rewards.logging_callback import VerifierCountersCallback
-from .callbacks import MetricsJsonl, RichProgress
+from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RichProgress
 from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
@@ -314,6 +314,8 @@ def train(
     }
     # The verifier's trouble counters (math_verify rewards) in every logged step.
     trainer.add_callback(VerifierCountersCallback(trainer))
+    if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
+        trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
     diagnostics = diagnostics_callback(trainer, out)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)

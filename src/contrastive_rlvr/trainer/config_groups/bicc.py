@@ -11,6 +11,24 @@ from .common import check
 
 _TEMPLATE = BiCCTemplate()
 
+#: The ratio mode a recipe takes when ``bicc_ratio_mode`` is left unset; a recipe not
+#: listed (one registered by a user) takes ``paper``. Chosen from the measured step-1 clip
+#: fractions and results of docs/bicc.md ("Ratio mode per recipe"); tested against that
+#: table in tests/test_bicc_ratio_mode_default.py.
+RECIPE_BICC_RATIO_MODE: dict[str, str] = {
+    "grpo": "paper",
+    "dr_grpo": "paper",
+    "dapo": "paper",
+    "gmpo": "paper",
+    "gspo": "paper",
+    "conspo": "consistent",
+}
+
+
+def default_bicc_ratio_mode(recipe: str) -> str:
+    """The ratio mode of ``recipe`` when the user sets none (:data:`RECIPE_BICC_RATIO_MODE`)."""
+    return RECIPE_BICC_RATIO_MODE.get(recipe, "paper")
+
 
 @dataclass
 class BiCCOptions:
@@ -20,11 +38,13 @@ class BiCCOptions:
     help_group: ClassVar[str] = "BiCC (Bilateral Context Conditioning)"
 
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
-    bicc_ratio_mode: Literal["paper", "consistent"] = field(
-        default="paper",
+    bicc_ratio_mode: Literal["paper", "consistent"] | None = field(
+        default=None,
         metadata={
             "help": "'paper': pi_theta(o|[q;O_opp]) / pi_old(o|q); 'consistent': "
-            "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). See docs/bicc.md for the measurement."
+            "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). None: the recipe's default ("
+            + ", ".join(f"{k}: {v}" for k, v in RECIPE_BICC_RATIO_MODE.items())
+            + "), chosen from the step-1 clip fractions and results in docs/bicc.md."
         },
     )
     share_prefix: bool = field(
@@ -105,10 +125,11 @@ class BiCCOptions:
 
     def validate_bicc(self) -> None:
         check(
-            self.bicc_ratio_mode in BICC_RATIO_MODES,
+            self.bicc_ratio_mode is None or self.bicc_ratio_mode in BICC_RATIO_MODES,
             "bicc_ratio_mode",
             self.bicc_ratio_mode,
-            f"choose one of {', '.join(BICC_RATIO_MODES)}",
+            f"choose one of {', '.join(BICC_RATIO_MODES)}, or leave it unset for the "
+            "recipe's default",
         )
         check(0.0 <= self.bicc_mix <= 1.0, "bicc_mix", self.bicc_mix, "must be in [0, 1]")
         check(
@@ -135,6 +156,12 @@ class BiCCOptions:
             self.bicc_placement,
             f"choose one of {', '.join(BICC_PLACEMENTS)}",
         )
+
+    def resolve_bicc_defaults(self) -> None:
+        """An unset ``bicc_ratio_mode`` takes the recipe's default; a value the user set is
+        kept (``config.yaml`` records the resolved one either way)."""
+        if self.bicc_ratio_mode is None:
+            self.bicc_ratio_mode = default_bicc_ratio_mode(self.recipe)
 
     @property
     def bicc_template(self) -> BiCCTemplate:
