@@ -374,6 +374,10 @@ def run_setting(opts, shapes: Shapes, checkpointing: bool, dtype: torch.dtype) -
     arms = make_arms(policy, reference, optimizer, batch, checkpointing)
     setting = "on" if checkpointing else "off"
     wanted = opts.arms or (list(arms) if opts.all_arms else DEFAULT_ARMS[setting])
+    if not opts.arms and checkpointing and "off" in opts.checkpointing.split(","):
+        # Sampling runs in eval mode, the same with or without checkpointing: once is enough
+        # (the GPU check's --all-arms runs both settings inside its time limit).
+        wanted = [a for a in wanted if a != "generate"]
     arms = {k: v for k, v in arms.items() if k in wanted or k == "plain"}
     if opts.profile:
         profile(arms, [a for a in opts.profile if a in arms], device)
