@@ -132,8 +132,9 @@ def main() -> None:
     ap.add_argument("--context_frac", type=float, default=0.5)
     ap.add_argument("--context_target", default="avoid")
     ap.add_argument("--context_attempts", default="demonstrator")
-    ap.add_argument("--context_start", type=int, default=200)
+    ap.add_argument("--context_start_frac", type=float, default=0.25)
     ap.add_argument("--context_budget", type=int, default=102, help="0: attempts in full")
+    ap.add_argument("--phrases", action="store_true", help="BiCC's framing as one token a piece")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--problems", type=int, default=200)
@@ -155,11 +156,13 @@ def main() -> None:
             context_frac=args.context_frac,
             context_target=args.context_target,
             context_attempts=args.context_attempts,
-            context_start=args.context_start,
+            context_start_frac=args.context_start_frac,
             context_budget=args.context_budget or None,
             context_max_attempts=args.group - 1,
         )
-        settings = EmbeddedSettings(seed=args.seed, model=ModelShape(layers=args.layers), sft=sft)
+        settings = EmbeddedSettings(
+            seed=args.seed, model=ModelShape(layers=args.layers), sft=sft, bicc_phrases=args.phrases
+        )
         model, tokenizer, _, heldout = build_embedded_default(args.save, settings=settings)
         built = {k: v for k, v in vars(args).items() if k not in ("load", "save")}
     sft_s = time.time() - started

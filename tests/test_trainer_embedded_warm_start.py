@@ -56,9 +56,20 @@ def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
         config = parse_config(None, ["--bicc_context_ratio", ratio])
         assert embedded_sft_context_budget(config) == budget
     args = ["--embedded_sft_steps", "2", "--embedded_sft_context_frac", "0.5",
-            "--embedded_sft_context_target", "reference", "--num_generations", "4"]  # fmt: skip
+            "--embedded_sft_context_target", "reference", "--num_generations", "4",
+            "--embedded_sft_context_attempts", "sampled",
+            "--embedded_bicc_phrases", "true"]  # fmt: skip
     load_run_inputs(parse_config(None, [*args, "--output_dir", str(tmp_path)]), tmp_path)
-    sft = _settings(tmp_path)["sft"]
+    record = _settings(tmp_path)
+    assert record["bicc_phrases"] is True
+    # The saved tokenizer has the framing as one token a piece.
+    from contrastive_rlvr.embedded import load_char_tokenizer
+
+    tok = load_char_tokenizer(tmp_path / SFT_DIR)
+    header = tok("\nIncorrect attempts at this problem:\n", add_special_tokens=False)["input_ids"]
+    assert len(header) == 1
+    sft = record["sft"]
+    assert sft["context_attempts"] == "sampled" and sft["context_max_new_tokens"] == 16
     assert sft["context_target"] == "reference" and sft["context_budget"] == 102
     assert sft["context_max_attempts"] == 3 and sft["context_truncation"] == "middle"
     avoid = make_spec(None, output_dir=tmp_path / "a",

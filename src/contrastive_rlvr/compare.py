@@ -300,6 +300,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
         "embedded_terms": cfg.embedded_terms,
         "embedded_sft_steps": cfg.embedded_sft_steps,
         "embedded_sft_context_frac": cfg.embedded_sft_context_frac,
+        **({"embedded_bicc_phrases": True} if cfg.embedded_bicc_phrases else {}),
         **(_reading_key(cfg) if cfg.embedded_sft_context_frac > 0 else {}),
     }
 

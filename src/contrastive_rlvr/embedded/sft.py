@@ -90,15 +90,15 @@ class WarmStartConfig:
             ``"demonstrator"``: the demonstrator's own slips (wrong results by
             +-1 or +-10, :func:`context_demonstration`). ``"sampled"``: the
             model's own samples, as BiCC will see them: from step
-            ``context_start`` on, every ``context_refresh`` steps the model
+            ``floor(context_start_frac * steps)`` on, every ``context_refresh`` steps the model
             samples ``context_max_attempts + 1`` completions for each of
             ``context_pool`` train problems, and every group with both outcomes
             gives its two conditioned prompts, built by
             :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` (the
             model's errors are not the demonstrator's slips: wrong first values,
-            results off by other amounts, malformed chains). Before
-            ``context_start`` every example is plain.
-        context_start, context_refresh, context_pool: see ``context_attempts``.
+            results off by other amounts, malformed chains). Before that step
+            every example is plain (the model must first write chains to quote).
+        context_start_frac, context_refresh, context_pool: see ``context_attempts``.
         context_max_new_tokens, context_temperature: the sampling of the
             ``"sampled"`` attempts (the RL run's ``max_completion_length`` and
             ``temperature``).
@@ -118,7 +118,7 @@ class WarmStartConfig:
     context_truncation: str = "middle"
     context_target: str = "avoid"
     context_attempts: str = "demonstrator"
-    context_start: int = 200
+    context_start_frac: float = 0.25
     context_refresh: int = 100
     context_pool: int = 128
     context_max_new_tokens: int = 16
@@ -166,10 +166,10 @@ class WarmStartConfig:
                 f"{self.context_attempts!r}"
             )
         if self.context_attempts == "sampled" and self.context_frac > 0:
-            if not 0 <= self.context_start < self.steps:
+            if not 0 <= self.context_start_frac < 1:
                 raise ValueError(
-                    f"WarmStartConfig.context_start must be in [0, steps={self.steps}) for "
-                    f"sampled attempts, got {self.context_start}"
+                    "WarmStartConfig.context_start_frac must be in [0, 1) for sampled "
+                    f"attempts, got {self.context_start_frac}"
                 )
             for name in ("context_refresh", "context_pool", "context_max_new_tokens"):
                 if getattr(self, name) < 1:
@@ -453,14 +453,11 @@ def sft_warm_start(
     encoded = encode_template(tokenizer, cfg.context_max_attempts) if cfg.context_frac else None
     sampled = cfg.context_frac > 0 and cfg.context_attempts == "sampled"
     pool: list[tuple[list[int], str]] = []
+    start = int(cfg.context_start_frac * cfg.steps)
     was_training = model.training
     model.train()
     for step in range(1, cfg.steps + 1):
-        if (
-            sampled
-            and step > cfg.context_start
-            and (step - 1 - cfg.context_start) % cfg.context_refresh == 0
-        ):
+        if sampled and step > start and (step - 1 - start) % cfg.context_refresh == 0:
             pool = sampled_reading_pool(model, tokenizer, problems, rng, cfg, encoded) or pool
         picked = [problems[rng.randrange(len(problems))] for _ in range(cfg.batch_size)]
         prompts: list[str | list[int]] = []

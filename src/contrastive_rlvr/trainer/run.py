@@ -59,6 +59,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         settings = EmbeddedSettings(
             seed=config.seed,
             task=task,
+            bicc_phrases=config.embedded_bicc_phrases,
             sft=WarmStartConfig(
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
@@ -97,10 +98,10 @@ def embedded_sft_context_budget(config: RLVRConfig) -> int:
     task's longest prompt (every prompt of one length has the same characters count) and
     the embedded model's positions."""
     from ..algorithms import context_budget
-    from ..embedded import TaskConfig, build_char_tokenizer, make_datasets
+    from ..embedded import TaskConfig, bicc_phrases, build_char_tokenizer, make_datasets
     from ..embedded.model import DEFAULT_MAX_POSITIONS
 
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
     return context_budget(
@@ -129,6 +130,7 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
         "embedded_sft_context_attempts": record.get("sft", {}).get(
             "context_attempts", "demonstrator"
         ),
+        "embedded_bicc_phrases": record.get("bicc_phrases", False),
     }
     wanted = {
         "seed": config.seed,
@@ -136,6 +138,7 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
         "embedded_sft_context_frac": config.embedded_sft_context_frac,
         "embedded_sft_context_target": config.embedded_sft_context_target,
         "embedded_sft_context_attempts": config.embedded_sft_context_attempts,
+        "embedded_bicc_phrases": config.embedded_bicc_phrases,
     }
     diffs = [f"{k}: {built[k]!r} there, {v!r} here" for k, v in wanted.items() if built[k] != v]
     if diffs:

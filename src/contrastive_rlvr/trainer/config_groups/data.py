@@ -124,6 +124,16 @@ class DataOptions:
             "start."
         },
     )
+    embedded_bicc_phrases: bool = field(
+        default=False,
+        metadata={
+            "help": "Embedded model: give each piece of BiCC's default framing (headers, "
+            "'Attempt k: ', footer) one token instead of one per character, so BiCC's context "
+            "budget holds the attempts (at 102 tokens the character framing leaves room for "
+            "at most three attempts, cut to 5 characters); changes the tokenizer, so the warm "
+            "start is built for it."
+        },
+    )
     embedded_sft_context_target: Literal["avoid", "reference"] = field(
         default="avoid",
         metadata={
