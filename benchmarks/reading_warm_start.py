@@ -70,9 +70,17 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, 1.96 * math.sqrt(var / n)
 
 
-def measure(
-    model, tokenizer, heldout, *, group: int, problems: int, budget: int, seed: int
-) -> dict:  # noqa: ANN001
+def measure(  # noqa: PLR0913
+    model,  # noqa: ANN001
+    tokenizer,  # noqa: ANN001
+    heldout,  # noqa: ANN001
+    *,
+    group: int,
+    problems: int,
+    budget: int,
+    seed: int,
+    placement: str = "after_prompt",
+) -> dict:
     model.eval()
     prompts = list(heldout["prompt"][:problems])
     answers = list(heldout["answer"][:problems])
@@ -97,6 +105,7 @@ def measure(
             template,
             budget=budget,
             pad_token_id=pad,
+            placement=placement,
             strip_token_ids={eos, pad},
         )
         cond = [built.input_ids[i][built.attention_mask[i].bool()].tolist() for i in range(group)]
@@ -134,6 +143,7 @@ def main() -> None:
     ap.add_argument("--context_attempts", default="demonstrator")
     ap.add_argument("--context_start_frac", type=float, default=0.25)
     ap.add_argument("--context_budget", type=int, default=102, help="0: attempts in full")
+    ap.add_argument("--placement", default="after_prompt", help="BiCC's, in SFT and measuring")
     ap.add_argument("--phrases", action="store_true", help="BiCC's framing as one token a piece")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=5e-3)
@@ -156,6 +166,7 @@ def main() -> None:
             context_frac=args.context_frac,
             context_target=args.context_target,
             context_attempts=args.context_attempts,
+            context_placement=args.placement,
             context_start_frac=args.context_start_frac,
             context_budget=args.context_budget or None,
             context_max_attempts=args.group - 1,
@@ -174,6 +185,7 @@ def main() -> None:
         problems=args.problems,
         budget=args.budget,
         seed=args.seed,
+        placement=args.placement,
     )
     result.update(built, sft_seconds=round(sft_s))
     print(

@@ -241,3 +241,11 @@ def test_sampled_reading_pool_by_hand(tok, monkeypatch):
         sampled_reading_pool(None, tok, [problem], random.Random(0), cfg, encode_template(tok, 3))
         == []
     )
+
+
+def test_context_prompt_before_prompt_by_hand(tok):
+    # BiCC's before_prompt placement: the framed attempts, then <bos> and the prompt.
+    ids = context_prompt(tok, "5+9+3=", ["14+3=17"], True, placement="before_prompt")
+    text = "\nCorrect attempts at this problem:\nAttempt 1: 14+3=17\nYour attempt:\n"
+    framed = [cid(c) if c != "\n" else 99 for c in text]
+    assert ids == framed + [tok.bos_token_id] + chars("5+9+3=")

@@ -58,7 +58,7 @@ def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
     args = ["--embedded_sft_steps", "2", "--embedded_sft_context_frac", "0.5",
             "--embedded_sft_context_target", "reference", "--num_generations", "4",
             "--embedded_sft_context_attempts", "sampled",
-            "--embedded_bicc_phrases", "true"]  # fmt: skip
+            "--embedded_bicc_phrases", "true", "--bicc_placement", "before_prompt"]  # fmt: skip
     load_run_inputs(parse_config(None, [*args, "--output_dir", str(tmp_path)]), tmp_path)
     record = _settings(tmp_path)
     assert record["bicc_phrases"] is True
@@ -70,6 +70,7 @@ def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
     assert len(header) == 1
     sft = record["sft"]
     assert sft["context_attempts"] == "sampled" and sft["context_max_new_tokens"] == 16
+    assert sft["context_placement"] == "before_prompt"
     assert sft["context_target"] == "reference" and sft["context_budget"] == 102
     assert sft["context_max_attempts"] == 3 and sft["context_truncation"] == "middle"
     avoid = make_spec(None, output_dir=tmp_path / "a",

@@ -317,6 +317,7 @@ def _reading_key(cfg) -> dict:  # noqa: ANN001
         "temperature": cfg.temperature,
         "context_budget": embedded_sft_context_budget(cfg) if cfg.model == "embedded" else None,
         "bicc_truncation": cfg.bicc_truncation,
+        "bicc_placement": cfg.bicc_placement,
         "context_max_attempts": max(cfg.num_generations - 1, 1),
     }
 

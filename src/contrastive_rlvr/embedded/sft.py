@@ -81,6 +81,10 @@ class WarmStartConfig:
             attempts, each cut to 5 characters). None: every attempt in full.
         context_truncation: how an attempt longer than its share is cut (BiCC's
             ``bicc_truncation``).
+        context_placement: where the context goes (BiCC's ``bicc_placement`` for
+            text prompts): ``"after_prompt"`` (``[q; O]``, the paper's) or
+            ``"before_prompt"`` (``[O; q]``: the prompt stays right before the
+            completion, at the distance the plain warm start learned).
         context_target: what the demonstrator writes after *wrong* attempts.
             ``"avoid"``: a plain noisy demonstration whose answer is none of the
             shown ones; ``"reference"``: the reference chain (the framing is
@@ -116,6 +120,7 @@ class WarmStartConfig:
     context_max_attempts: int = 7
     context_budget: int | None = None
     context_truncation: str = "middle"
+    context_placement: str = "after_prompt"
     context_target: str = "avoid"
     context_attempts: str = "demonstrator"
     context_start_frac: float = 0.25
@@ -154,6 +159,11 @@ class WarmStartConfig:
             raise ValueError(
                 "WarmStartConfig.context_truncation must be 'head', 'tail' or 'middle', got "
                 f"{self.context_truncation!r}"
+            )
+        if self.context_placement not in ("after_prompt", "before_prompt"):
+            raise ValueError(
+                "WarmStartConfig.context_placement must be 'after_prompt' or 'before_prompt', "
+                f"got {self.context_placement!r}"
             )
         if self.context_target not in CONTEXT_TARGETS:
             raise ValueError(
@@ -291,13 +301,15 @@ def context_prompt(
     encoded: EncodedTemplate | None = None,
     budget: int | None = None,
     truncation: Truncation = "middle",
+    placement: str = "after_prompt",
 ) -> list[int]:
     """Token ids of ``prompt`` followed by BiCC's context of ``attempts``, exactly as
     :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` lays out a conditioned
     prompt (``after_prompt`` placement). ``encoded``: the framing as ids (default:
     the default template, encoded here). ``budget``: BiCC's context budget in
     tokens, attempts cut by ``truncation`` and left out as BiCC does; None: room
-    for every attempt in full."""
+    for every attempt in full. ``placement``: ``"after_prompt"`` or
+    ``"before_prompt"`` (the context ahead of the prompt and its ``<bos>``)."""
     if encoded is None:
         encoded = encode_template(tokenizer, len(attempts))
     ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in attempts]
@@ -305,7 +317,8 @@ def context_prompt(
     if budget is None:
         budget = sum(map(len, ids)) + 1024  # room for every attempt and the framing
     context = build_context(ids, header, encoded, budget, truncation)
-    return tokenizer(prompt, add_special_tokens=True)["input_ids"] + context
+    q = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    return context + q if placement == "before_prompt" else q + context
 
 
 def reading_target(
@@ -382,6 +395,7 @@ def sampled_reading_pool(
             budget=budget,
             pad_token_id=pad,
             truncation=cfg.context_truncation,  # type: ignore[arg-type]
+            placement=cfg.context_placement,  # type: ignore[arg-type]
             strip_token_ids={eos, pad},
         )
         for correct_row in (True, False):
@@ -486,6 +500,7 @@ def sft_warm_start(
                         encoded,
                         budget=cfg.context_budget,
                         truncation=cfg.context_truncation,  # type: ignore[arg-type]
+                        placement=cfg.context_placement,
                     )
                 )
                 read_targets.append(target)

@@ -65,6 +65,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_target=config.embedded_sft_context_target,
                 context_budget=embedded_sft_context_budget(config),
                 context_truncation=config.bicc_truncation,
+                context_placement=embedded_sft_context_placement(config),
                 context_max_attempts=max(config.num_generations - 1, 1),
                 context_attempts=config.embedded_sft_context_attempts,
                 context_max_new_tokens=config.max_completion_length,
@@ -90,6 +91,19 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
+
+
+def embedded_sft_context_placement(config: RLVRConfig) -> str:
+    """Where a run of ``config`` puts BiCC's context on the embedded task's text prompts
+    (``auto`` is ``after_prompt`` there), so the reading warm start puts it there too."""
+    from ..algorithms.bicc import resolve_placement
+
+    if config.bicc_placement == "user_turn":
+        raise UserError(
+            "bicc_placement=user_turn needs chat prompts; the embedded task's are plain text: "
+            "use after_prompt, before_prompt or auto"
+        )
+    return resolve_placement(config.bicc_placement, False)
 
 
 def embedded_sft_context_budget(config: RLVRConfig) -> int:
