@@ -24,14 +24,22 @@ for the tiny model those conditioned prompts are out of distribution. With
 ``context_frac`` a share of the demonstrations is shown after such a context,
 laid out token for token as BiCC lays it out
 (:func:`~contrastive_rlvr.algorithms.bicc.build_context` with the default
-:class:`~contrastive_rlvr.algorithms.BiCCTemplate`), and the demonstrator
-*reads* it: after correct attempts it writes the reference chain (the answer
-is in the context); after wrong attempts it slips as usual but never repeats
-a shown wrong answer. Half of the context examples show correct attempts,
-half wrong ones, 1 to ``context_max_attempts`` of them.
+:class:`~contrastive_rlvr.algorithms.BiCCTemplate`, cut to the run's BiCC
+budget, truncation and placement), and the demonstrator *reads* it: after
+correct attempts it writes the reference chain; after wrong attempts it
+writes a noisy demonstration repeating none of the shown answers
+(``context_target="avoid"``) or the reference chain (``"reference"``). The
+attempts are the demonstrator's slips (``context_attempts="demonstrator"``,
+half of the examples correct attempts, half wrong ones) or the model's own
+samples grouped and conditioned by
+:func:`~contrastive_rlvr.algorithms.build_bicc_prompts` itself
+(``"sampled"``). docs/bicc.md has the measurement of which combination makes
+the model read the attempts as BiCC assumes (``sampled``, ``reference``,
+one-token framing and the context *before* the prompt).
 
 Deterministic for a seed: batches and slips come from ``random.Random(seed)``;
-the model has no dropout, so no torch RNG is used.
+the model has no dropout; sampled attempts are drawn under a forked torch RNG
+seeded from that generator, so the caller's torch RNG is left as it was.
 """
 
 from __future__ import annotations
