@@ -15,7 +15,8 @@ EOS and padding stripped from the quoted attempts). BiCC's premise is
 sequence log-probs in nats (the completion's tokens and its EOS). Each problem
 gives the mean d+ over its correct rows and the mean d- over its wrong rows;
 printed are the means over problems with a 95% normal interval
-(1.96 x standard error over problems), and the held-out accuracy of the samples.
+(1.96 x standard error over problems), and the held-out accuracy of the samples;
+the JSON also has the medians and the share of problems on the premise's side.
 
 Usage (one JSON line of results at the end)::
 
@@ -128,6 +129,10 @@ def measure(  # noqa: PLR0913
         "d_pos_ci95": cp,
         "d_neg_mean": mn,
         "d_neg_ci95": cn,
+        "d_pos_median": sorted(d_pos)[len(d_pos) // 2],
+        "d_neg_median": sorted(d_neg)[len(d_neg) // 2],
+        "d_pos_share_above_0": sum(d > 0 for d in d_pos) / len(d_pos),
+        "d_neg_share_below_0": sum(d < 0 for d in d_neg) / len(d_neg),
         "premise_holds": mp - cp > 0 and mn + cn < 0,
     }
 
