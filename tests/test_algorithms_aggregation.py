@@ -96,9 +96,8 @@ def test_local_normalisers_break_invariance():
     # weigh the tokens of short micro-batches more (2 + 6 tokens here vs 8 + 11).
     terms, mask = _random_batch(1)
     full = agg_loss(terms, mask, "token-mean")
-    local = (
-        agg_loss(terms[:2], mask[:2], "token-mean") + agg_loss(terms[2:], mask[2:], "token-mean")
-    ) / 2
+    local = (agg_loss(terms[:2], mask[:2], "token-mean") + agg_loss(terms[2:], mask[2:],
+                                                                      "token-mean")) / 2
     assert not torch.allclose(local, full)
 
 

@@ -86,9 +86,8 @@ def test_one_sided_groups_are_dropped():
     logp = torch.cat([logp_a, other])
     mask = torch.cat([mask_a, torch.ones(8, 3, dtype=mask_a.dtype)])
     # group 2 all wrong, group 3 all right: both dropped, the mean is over group 1 alone
-    rewards = torch.cat(
-        [rewards_a, torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)]
-    )
+    rewards = torch.cat([rewards_a, torch.zeros(4, dtype=torch.float64),
+                         torch.ones(4, dtype=torch.float64)])
     loss, m = conspo_loss(logp, mask, rewards, 4, tau=1.0)
     alone, _ = conspo_loss(logp_a, mask_a, rewards_a, 4, tau=1.0)
     close(loss, alone.item())
@@ -127,9 +126,8 @@ def test_gradient_matches_lemma_2():
     tau, margin = 10.0, 0.01
     logp_a, mask_a, rewards_a = group_a()
     # a second usable group with a single positive and three negatives
-    logp_b = torch.tensor(
-        [[-0.7, 5e8, 0], [-0.2, -0.2, 0], [-1.1, 0, 0], [-0.4, -0.4, -0.4]], dtype=torch.float64
-    )
+    logp_b = torch.tensor([[-0.7, 5e8, 0], [-0.2, -0.2, 0], [-1.1, 0, 0], [-0.4, -0.4, -0.4]],
+                          dtype=torch.float64)
     mask_b = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     rewards_b = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     logp = torch.cat([logp_a, logp_b]).requires_grad_(True)
@@ -137,9 +135,8 @@ def test_gradient_matches_lemma_2():
     loss, _ = conspo_loss(logp, mask, torch.cat([rewards_a, rewards_b]), 4, tau=tau, margin=margin)
     loss.backward()
     expected = _closed_form_grad([-1, -2, -3, -1.5], [1, 1, 0, 0], [2, 1, 3, 2], tau, margin, 2)
-    expected += _closed_form_grad(
-        [-0.7, -0.2, -1.1, -0.4], [1, 0, 0, 0], [1, 2, 1, 3], tau, margin, 2
-    )
+    expected += _closed_form_grad([-0.7, -0.2, -1.1, -0.4], [1, 0, 0, 0], [1, 2, 1, 3], tau,
+                                  margin, 2)
     want = mask.double() * torch.tensor(expected, dtype=torch.float64).unsqueeze(1)
     close(logp.grad, want)
     # the positive gradient of the loss is negative: raising s_i+ lowers the loss

@@ -152,15 +152,8 @@ def test_kl_gradient_by_hand():
     logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     ref = torch.tensor([[LN(2), 0.0]], dtype=torch.float64)
     mask = torch.ones(1, 2)
-    loss, _ = policy_loss(
-        "grpo",
-        logp,
-        torch.zeros(1, 2, dtype=torch.float64),
-        torch.zeros(1, dtype=torch.float64),
-        mask,
-        ref_logp=ref,
-        beta=0.5,
-    )
+    loss, _ = policy_loss("grpo", logp, torch.zeros(1, 2, dtype=torch.float64),
+                          torch.zeros(1, dtype=torch.float64), mask, ref_logp=ref, beta=0.5)
     close(grad_of(loss, logp), [[0.5 * (1 - 2) / 2, 0.0]])
 
 
@@ -219,7 +212,8 @@ def test_gspo_token_equals_gspo_for_per_row_advantages(clip_low, clip_high):
     opts = dict(clip_low=clip_low, clip_high=clip_high)
     seq, _ = policy_loss("gspo", logp_pad, old, adv, mask, **opts)
     tok, _ = policy_loss("gspo_token", logp_pad, old, adv, mask, **opts)
-    tok2d, _ = policy_loss("gspo_token", logp_pad, old, adv.unsqueeze(1).expand(b, t), mask, **opts)
+    tok2d, _ = policy_loss("gspo_token", logp_pad, old, adv.unsqueeze(1).expand(b, t), mask,
+                           **opts)
     close(tok, seq.item())
     close(tok2d, seq.item())
     g_seq, g_tok = grad_of(seq, logp), grad_of(tok, logp)
@@ -257,7 +251,8 @@ def test_gmpo_clip_is_sign_dependent():
     old = torch.zeros(2, 2, dtype=torch.float64)
     mask = torch.ones(2, 2)
     pos, _ = policy_loss("gmpo", logp, old, torch.tensor([1.0, 1.0], dtype=torch.float64), mask)
-    neg, _ = policy_loss("gmpo", logp, old, torch.tensor([-1.0, -1.0], dtype=torch.float64), mask)
+    neg, _ = policy_loss("gmpo", logp, old, torch.tensor([-1.0, -1.0], dtype=torch.float64),
+                         mask)
     close(pos, -math.exp(-0.1))
     close(neg, math.exp(0.05))
 
@@ -265,13 +260,8 @@ def test_gmpo_clip_is_sign_dependent():
 def test_gmpo_zero_advantage_counts_no_clip():
     # A = 0 rows have no gradient at all, so nothing in them counts as clipped.
     logp = torch.tensor([[-1.0, 1.0]], dtype=torch.float64)
-    _, m = policy_loss(
-        "gmpo",
-        logp,
-        torch.zeros(1, 2, dtype=torch.float64),
-        torch.zeros(1, dtype=torch.float64),
-        torch.ones(1, 2),
-    )
+    _, m = policy_loss("gmpo", logp, torch.zeros(1, 2, dtype=torch.float64),
+                       torch.zeros(1, dtype=torch.float64), torch.ones(1, 2))
     close(m["clip/frac"], 0.0)
     close(m["clip/low_frac"] + m["clip/high_frac"], 0.0)
 
@@ -290,11 +280,8 @@ def test_padding_never_changes_the_result(name, token_adv):
     logp = torch.randn(b, t, generator=g, dtype=torch.float64) * 0.3
     old = torch.randn(b, t, generator=g, dtype=torch.float64) * 0.3
     ref = torch.randn(b, t, generator=g, dtype=torch.float64) * 0.3
-    adv = (
-        torch.randn(b, t, generator=g, dtype=torch.float64)
-        if token_adv
-        else torch.randn(b, generator=g, dtype=torch.float64)
-    )
+    adv = torch.randn(b, t, generator=g, dtype=torch.float64) if token_adv else torch.randn(
+        b, generator=g, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
     junk = torch.tensor([1e9, INF, NAN], dtype=torch.float64).expand(b, extra)
 
@@ -321,13 +308,8 @@ def test_padding_never_changes_the_result(name, token_adv):
 def test_dr_grpo_default_length_is_the_mask_width():
     logp, old, adv, mask = hand_case()
     wide = torch.cat([logp, torch.zeros(2, 2, dtype=torch.float64)], 1)
-    loss, _ = policy_loss(
-        "dr_grpo",
-        wide,
-        torch.cat([old, old[:, :2]], 1),
-        adv,
-        torch.cat([mask, torch.zeros(2, 2, dtype=mask.dtype)], 1),
-    )
+    loss, _ = policy_loss("dr_grpo", wide, torch.cat([old, old[:, :2]], 1), adv,
+                          torch.cat([mask, torch.zeros(2, 2, dtype=mask.dtype)], 1))
     close(loss, -(3.2 - 2.1) / (5 * 2))  # T = 5 now
 
 
@@ -427,16 +409,8 @@ def test_extreme_log_ratios_stay_finite(name, shift):
 def test_loss_option_names():
     from contrastive_rlvr.algorithms import loss_option_names
 
-    token = {
-        "clip_low",
-        "clip_high",
-        "agg",
-        "ref_logp",
-        "beta",
-        "max_len",
-        "num_rows",
-        "num_tokens",
-    }
+    token = {"clip_low", "clip_high", "agg", "ref_logp", "beta", "max_len", "num_rows",
+             "num_tokens"}
     sequence = {"clip_low", "clip_high", "ref_logp", "beta", "num_rows"}
     for name in ("grpo", "dapo", "dr_grpo"):
         assert loss_option_names(name) == token

@@ -226,8 +226,6 @@ def test_bicc_placement_values():
         assert config(bicc_placement=placement).bicc_placement == placement
     with pytest.raises(ValueError, match="bicc_placement='system' is invalid: choose one of auto"):
         config(bicc_placement="system")
-
-
 # The range checks TRL leaves open, made when the config is built (before: preflight).
 RANGE_CASES = [
     ({"learning_rate": float("nan")}, "learning_rate=nan is invalid: must be a finite number > 0"),
