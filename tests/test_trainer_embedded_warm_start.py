@@ -78,3 +78,12 @@ def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
     ref = make_spec(None, output_dir=tmp_path / "b", overrides=args[2:])
     assert _sft_key(avoid, 0)["embedded_sft_context_target"] == "avoid"
     assert _sft_key(avoid, 0) != _sft_key(ref, 0)
+
+
+def test_reading_options_without_a_reading_share_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="embedded_sft_context_frac=0.0 is invalid: must be > 0"):
+        parse_config(None, ["--embedded_sft_context_target", "reference"])
+    with pytest.raises(ValueError, match="embedded_sft_context_frac"):
+        parse_config(None, ["--embedded_sft_context_attempts", "sampled"])

@@ -151,9 +151,9 @@ class DataOptions:
             "help": "Embedded reading warm start: where the attempts in its contexts come "
             "from. 'demonstrator': the demonstrator's slips (results off by 1 or 10); "
             "'sampled': the model's own samples (num_generations per problem, this run's "
-            "max_completion_length and temperature), re-sampled every 100 SFT steps from "
-            "step 200 on and laid out by BiCC's own prompt builder, so the contexts are the "
-            "ones RL will show (docs/bicc.md)."
+            "max_completion_length and temperature), re-sampled every 100 SFT steps from a "
+            "quarter of the steps on and laid out by BiCC's own prompt builder, so the contexts "
+            "are the ones RL will show (docs/bicc.md)."
         },
     )
     torch_threads: int = field(
@@ -196,6 +196,14 @@ class DataOptions:
             "embedded_sft_context_attempts",
             self.embedded_sft_context_attempts,
             "must be 'demonstrator' or 'sampled'",
+        )
+        reading = (self.embedded_sft_context_target, self.embedded_sft_context_attempts)
+        check(
+            self.embedded_sft_context_frac > 0 or reading == ("avoid", "demonstrator"),
+            "embedded_sft_context_frac",
+            self.embedded_sft_context_frac,
+            "must be > 0 when embedded_sft_context_target or embedded_sft_context_attempts "
+            "is set (they shape the reading demonstrations, which a share of 0 leaves out)",
         )
         check(
             self.eval_limit is None or self.eval_limit >= 1,
