@@ -34,8 +34,10 @@ half of the examples correct attempts, half wrong ones) or the model's own
 samples grouped and conditioned by
 :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` itself
 (``"sampled"``). docs/bicc.md has the measurement of which combination makes
-the model read the attempts as BiCC assumes (``sampled``, ``reference``,
-one-token framing and the context *before* the prompt).
+the model read the attempts as BiCC assumes: what matters is the context
+*before* the prompt (``bicc_placement=before_prompt``), where the prompt keeps
+its distance to the completion; after it, the 2-layer model's arithmetic
+breaks.
 
 Deterministic for a seed: batches and slips come from ``random.Random(seed)``;
 the model has no dropout; sampled attempts are drawn under a forked torch RNG
