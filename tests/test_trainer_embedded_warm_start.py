@@ -41,3 +41,49 @@ def test_compare_shares_a_warm_start_only_with_the_same_context_frac(tmp_path):
     assert _sft_key(plain, 0)["embedded_sft_context_frac"] == 0.0
     assert _sft_key(reading, 0)["embedded_sft_context_frac"] == 0.25
     assert _sft_key(plain, 0) != _sft_key(reading, 0)
+
+
+def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
+    from contrastive_rlvr.compare import _sft_key, make_spec
+    from contrastive_rlvr.trainer.run import embedded_sft_context_budget
+
+    torch.set_num_threads(1)
+    # The shipped embedded.yaml: floor(0.4 x bicc_max_seq_len 256) = 102 (the cap, 256
+    # positions - 7 prompt tokens - 16 completion tokens = 233, does not bind).
+    assert embedded_sft_context_budget(parse_config(None, [])) == 102
+    # Another share: floor(0.3 x 256) = 76; floor(0.95 x 256) = 243 is capped at 233.
+    for ratio, budget in (("0.3", 76), ("0.95", 233)):
+        config = parse_config(None, ["--bicc_context_ratio", ratio])
+        assert embedded_sft_context_budget(config) == budget
+    args = ["--embedded_sft_steps", "2", "--embedded_sft_context_frac", "0.5",
+            "--embedded_sft_context_target", "reference", "--num_generations", "4",
+            "--embedded_sft_context_attempts", "sampled",
+            "--embedded_bicc_phrases", "true", "--bicc_placement", "before_prompt"]  # fmt: skip
+    load_run_inputs(parse_config(None, [*args, "--output_dir", str(tmp_path)]), tmp_path)
+    record = _settings(tmp_path)
+    assert record["bicc_phrases"] is True
+    # The saved tokenizer has the framing as one token a piece.
+    from contrastive_rlvr.embedded import load_char_tokenizer
+
+    tok = load_char_tokenizer(tmp_path / SFT_DIR)
+    header = tok("\nIncorrect attempts at this problem:\n", add_special_tokens=False)["input_ids"]
+    assert len(header) == 1
+    sft = record["sft"]
+    assert sft["context_attempts"] == "sampled" and sft["context_max_new_tokens"] == 16
+    assert sft["context_placement"] == "before_prompt"
+    assert sft["context_target"] == "reference" and sft["context_budget"] == 102
+    assert sft["context_max_attempts"] == 3 and sft["context_truncation"] == "middle"
+    avoid = make_spec(None, output_dir=tmp_path / "a",
+                      overrides=["--embedded_sft_context_frac", "0.5"])  # fmt: skip
+    ref = make_spec(None, output_dir=tmp_path / "b", overrides=args[2:])
+    assert _sft_key(avoid, 0)["embedded_sft_context_target"] == "avoid"
+    assert _sft_key(avoid, 0) != _sft_key(ref, 0)
+
+
+def test_reading_options_without_a_reading_share_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="embedded_sft_context_frac=0.0 is invalid: must be > 0"):
+        parse_config(None, ["--embedded_sft_context_target", "reference"])
+    with pytest.raises(ValueError, match="embedded_sft_context_frac"):
+        parse_config(None, ["--embedded_sft_context_attempts", "sampled"])

@@ -292,7 +292,8 @@ def _write_note(path: Path, text: str) -> None:
 
 def _sft_key(spec: CompareSpec, seed: int) -> dict:
     """What the embedded warm start depends on: the seed, the task length, the SFT steps and
-    the share of reading demonstrations."""
+    the share of reading demonstrations (and, when that share is > 0, the reading
+    demonstrations' settings)."""
     from .trainer.parse import parse_config
 
     cfg = parse_config(spec.config, [*spec.overrides, "--seed", str(seed)])
@@ -302,6 +303,25 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
         "embedded_terms": cfg.embedded_terms,
         "embedded_sft_steps": cfg.embedded_sft_steps,
         "embedded_sft_context_frac": cfg.embedded_sft_context_frac,
+        **({"embedded_bicc_phrases": True} if cfg.embedded_bicc_phrases else {}),
+        **(_reading_key(cfg) if cfg.embedded_sft_context_frac > 0 else {}),
+    }
+
+
+def _reading_key(cfg) -> dict:  # noqa: ANN001
+    """What a reading warm start also depends on: its target rule and the BiCC context
+    its demonstrations are cut to."""
+    from .trainer.run import embedded_sft_context_budget
+
+    return {
+        "embedded_sft_context_target": cfg.embedded_sft_context_target,
+        "embedded_sft_context_attempts": cfg.embedded_sft_context_attempts,
+        "max_completion_length": cfg.max_completion_length,
+        "temperature": cfg.temperature,
+        "context_budget": embedded_sft_context_budget(cfg) if cfg.model == "embedded" else None,
+        "bicc_truncation": cfg.bicc_truncation,
+        "bicc_placement": cfg.bicc_placement,
+        "context_max_attempts": max(cfg.num_generations - 1, 1),
     }
 
 

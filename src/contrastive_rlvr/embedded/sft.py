@@ -24,14 +24,24 @@ for the tiny model those conditioned prompts are out of distribution. With
 ``context_frac`` a share of the demonstrations is shown after such a context,
 laid out token for token as BiCC lays it out
 (:func:`~contrastive_rlvr.algorithms.bicc.build_context` with the default
-:class:`~contrastive_rlvr.algorithms.BiCCTemplate`), and the demonstrator
-*reads* it: after correct attempts it writes the reference chain (the answer
-is in the context); after wrong attempts it slips as usual but never repeats
-a shown wrong answer. Half of the context examples show correct attempts,
-half wrong ones, 1 to ``context_max_attempts`` of them.
+:class:`~contrastive_rlvr.algorithms.BiCCTemplate`, cut to the run's BiCC
+budget, truncation and placement), and the demonstrator *reads* it: after
+correct attempts it writes the reference chain; after wrong attempts it
+writes a noisy demonstration repeating none of the shown answers
+(``context_target="avoid"``) or the reference chain (``"reference"``). The
+attempts are the demonstrator's slips (``context_attempts="demonstrator"``,
+half of the examples correct attempts, half wrong ones) or the model's own
+samples grouped and conditioned by
+:func:`~contrastive_rlvr.algorithms.build_bicc_prompts` itself
+(``"sampled"``). docs/bicc.md has the measurement of which combination makes
+the model read the attempts as BiCC assumes: what matters is the context
+*before* the prompt (``bicc_placement=before_prompt``), where the prompt keeps
+its distance to the completion; after it, the 2-layer model's arithmetic
+breaks.
 
 Deterministic for a seed: batches and slips come from ``random.Random(seed)``;
-the model has no dropout, so no torch RNG is used.
+the model has no dropout; sampled attempts are drawn under a forked torch RNG
+seeded from that generator, so the caller's torch RNG is left as it was.
 """
 
 from __future__ import annotations
@@ -45,11 +55,15 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..algorithms.bicc import BiCCTemplate, EncodedTemplate, build_context
+from ..algorithms.bicc import BiCCTemplate, EncodedTemplate, Truncation, build_context
 from .task import Problem, chain_answer, noisy_solution, parse_prompt
 
 # Label of positions without a loss (torch's cross_entropy default).
 IGNORE_INDEX = -100
+#: What the reading demonstrator writes after wrong attempts (:class:`WarmStartConfig`).
+CONTEXT_TARGETS: tuple[str, ...] = ("avoid", "reference")
+#: Where the attempts of a reading example come from (:class:`WarmStartConfig`).
+CONTEXT_ATTEMPTS: tuple[str, ...] = ("demonstrator", "sampled")
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,38 @@ class WarmStartConfig:
             0 is the plain warm start.
         context_max_attempts: most attempts in such a context (BiCC shows at
             most G - 1: 7 for the embedded default's G = 8).
+        context_budget: tokens the framed attempts may add to the prompt, cut as
+            BiCC cuts them (``build_context``'s water-filling and ``context_truncation``);
+            the trainer passes its own BiCC budget so the SFT contexts are the ones RL
+            will show (0.4 x 256 = 102 tokens for the embedded default: at most three
+            attempts, each cut to 5 characters). None: every attempt in full.
+        context_truncation: how an attempt longer than its share is cut (BiCC's
+            ``bicc_truncation``).
+        context_placement: where the context goes (BiCC's ``bicc_placement`` for
+            text prompts): ``"after_prompt"`` (``[q; O]``, the paper's) or
+            ``"before_prompt"`` (``[O; q]``: the prompt stays right before the
+            completion, at the distance the plain warm start learned).
+        context_target: what the demonstrator writes after *wrong* attempts.
+            ``"avoid"``: a plain noisy demonstration whose answer is none of the
+            shown ones; ``"reference"``: the reference chain (the framing is
+            decisive: after any context the demonstration is right). After correct
+            attempts the target is the reference chain in both.
+        context_attempts: where the attempts of a reading example come from.
+            ``"demonstrator"``: the demonstrator's own slips (wrong results by
+            +-1 or +-10, :func:`context_demonstration`). ``"sampled"``: the
+            model's own samples, as BiCC will see them: from step
+            ``floor(context_start_frac * steps)`` on, every ``context_refresh`` steps the model
+            samples ``context_max_attempts + 1`` completions for each of
+            ``context_pool`` train problems, and every group with both outcomes
+            gives its two conditioned prompts, built by
+            :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` (the
+            model's errors are not the demonstrator's slips: wrong first values,
+            results off by other amounts, malformed chains). Before that step
+            every example is plain (the model must first write chains to quote).
+        context_start_frac, context_refresh, context_pool: see ``context_attempts``.
+        context_max_new_tokens, context_temperature: the sampling of the
+            ``"sampled"`` attempts (the RL run's ``max_completion_length`` and
+            ``temperature``).
     """
 
     steps: int = 800
@@ -82,6 +128,16 @@ class WarmStartConfig:
     seed: int = 0
     context_frac: float = 0.0
     context_max_attempts: int = 7
+    context_budget: int | None = None
+    context_truncation: str = "middle"
+    context_placement: str = "after_prompt"
+    context_target: str = "avoid"
+    context_attempts: str = "demonstrator"
+    context_start_frac: float = 0.25
+    context_refresh: int = 100
+    context_pool: int = 128
+    context_max_new_tokens: int = 16
+    context_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
@@ -105,6 +161,46 @@ class WarmStartConfig:
                 "WarmStartConfig.context_max_attempts must be >= 1, got "
                 f"{self.context_max_attempts}"
             )
+        if self.context_budget is not None and self.context_budget < 1:
+            raise ValueError(
+                f"WarmStartConfig.context_budget must be >= 1 or None, got {self.context_budget}"
+            )
+        if self.context_truncation not in ("head", "tail", "middle"):
+            raise ValueError(
+                "WarmStartConfig.context_truncation must be 'head', 'tail' or 'middle', got "
+                f"{self.context_truncation!r}"
+            )
+        if self.context_placement not in ("after_prompt", "before_prompt"):
+            raise ValueError(
+                "WarmStartConfig.context_placement must be 'after_prompt' or 'before_prompt', "
+                f"got {self.context_placement!r}"
+            )
+        if self.context_target not in CONTEXT_TARGETS:
+            raise ValueError(
+                f"WarmStartConfig.context_target must be one of {CONTEXT_TARGETS}, got "
+                f"{self.context_target!r}"
+            )
+        if self.context_attempts not in CONTEXT_ATTEMPTS:
+            raise ValueError(
+                f"WarmStartConfig.context_attempts must be one of {CONTEXT_ATTEMPTS}, got "
+                f"{self.context_attempts!r}"
+            )
+        if self.context_attempts == "sampled" and self.context_frac > 0:
+            if not 0 <= self.context_start_frac < 1:
+                raise ValueError(
+                    "WarmStartConfig.context_start_frac must be in [0, 1) for sampled "
+                    f"attempts, got {self.context_start_frac}"
+                )
+            for name in ("context_refresh", "context_pool", "context_max_new_tokens"):
+                if getattr(self, name) < 1:
+                    raise ValueError(
+                        f"WarmStartConfig.{name} must be >= 1, got {getattr(self, name)}"
+                    )
+            if not self.context_temperature > 0:
+                raise ValueError(
+                    "WarmStartConfig.context_temperature must be > 0, got "
+                    f"{self.context_temperature}"
+                )
         if self.weight_decay < 0 or self.max_grad_norm <= 0:
             raise ValueError(
                 "WarmStartConfig: need weight_decay >= 0 and max_grad_norm > 0, got "
@@ -162,16 +258,21 @@ def collate(
 
 
 def context_demonstration(
-    problem: Problem, rng: random.Random, error_rate: float, max_attempts: int
+    problem: Problem,
+    rng: random.Random,
+    error_rate: float,
+    max_attempts: int,
+    target_rule: str = "avoid",
 ) -> tuple[list[str], bool, str]:
     """One reading example: ``(attempts, attempts_correct, target)``.
 
     With probability 1/2 the attempts are 1..``max_attempts`` copies of the
     reference chain and the target is the reference chain. Otherwise they are
     1..``max_attempts`` wrong chains (distinct while the task has that many
-    slips, drawn as the plain demonstrator's) and the target is a plain noisy
-    demonstration redrawn until its answer is none of the attempts' answers
-    (the reference chain if 20 draws all repeat one).
+    slips, drawn as the plain demonstrator's) and the target is, for
+    ``target_rule="avoid"``, a plain noisy demonstration redrawn until its
+    answer is none of the attempts' answers (the reference chain if 20 draws
+    all repeat one); for ``"reference"``, the reference chain.
     """
     count = rng.randint(1, max_attempts)
     if rng.random() < 0.5:
@@ -185,6 +286,8 @@ def context_demonstration(
             break
     while len(wrong) < count:
         wrong.append(wrong[rng.randrange(len(wrong))])
+    if target_rule == "reference":
+        return wrong, False, problem.solution
     shown = {chain_answer(c) for c in wrong}
     for _ in range(20):
         target = noisy_solution(problem, rng, error_rate)
@@ -206,29 +309,136 @@ def context_prompt(
     attempts: list[str],
     attempts_correct: bool,
     encoded: EncodedTemplate | None = None,
+    budget: int | None = None,
+    truncation: Truncation = "middle",
+    placement: str = "after_prompt",
 ) -> list[int]:
     """Token ids of ``prompt`` followed by BiCC's context of ``attempts``, exactly as
     :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` lays out a conditioned
-    prompt (``after_prompt`` placement, no truncation: the task's chains are short).
-    ``encoded``: the framing as ids (default: the default template, encoded here)."""
+    prompt (``after_prompt`` placement). ``encoded``: the framing as ids (default:
+    the default template, encoded here). ``budget``: BiCC's context budget in
+    tokens, attempts cut by ``truncation`` and left out as BiCC does; None: room
+    for every attempt in full. ``placement``: ``"after_prompt"`` or
+    ``"before_prompt"`` (the context ahead of the prompt and its ``<bos>``)."""
     if encoded is None:
         encoded = encode_template(tokenizer, len(attempts))
     ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in attempts]
     header = encoded.header_correct if attempts_correct else encoded.header_wrong
-    budget = sum(map(len, ids)) + 1024  # room for every attempt and the framing
-    context = build_context(ids, header, encoded, budget, "middle")
-    return tokenizer(prompt, add_special_tokens=True)["input_ids"] + context
+    if budget is None:
+        budget = sum(map(len, ids)) + 1024  # room for every attempt and the framing
+    context = build_context(ids, header, encoded, budget, truncation)
+    q = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    return context + q if placement == "before_prompt" else q + context
+
+
+def reading_target(
+    problem: Problem,
+    shown: list[str],
+    shown_correct: bool,
+    rng: random.Random,
+    cfg: WarmStartConfig,
+) -> str:
+    """What the reading demonstrator writes after ``shown`` attempts: the reference chain
+    after correct ones; after wrong ones the reference chain (``context_target
+    "reference"``) or a noisy demonstration whose answer is none of the shown answers
+    (``"avoid"``; the reference chain if 20 draws all repeat one)."""
+    if shown_correct or cfg.context_target == "reference":
+        return problem.solution
+    answers = {chain_answer(c) for c in shown}
+    for _ in range(20):
+        target = noisy_solution(problem, rng, cfg.error_rate)
+        if chain_answer(target) not in answers:
+            return target
+    return problem.solution
+
+
+def sampled_reading_pool(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    rng: random.Random,
+    cfg: WarmStartConfig,
+    encoded: EncodedTemplate,
+) -> list[tuple[list[int], str]]:
+    """Reading examples ``(conditioned prompt ids, target)`` from the model's own samples.
+
+    ``cfg.context_pool`` problems drawn from ``problems``; for each, G =
+    ``context_max_attempts + 1`` completions sampled from the plain prompt and
+    rewarded; each group with both outcomes gives the conditioned prompt of its
+    correct rows ``[q; O-]`` and of its wrong rows ``[q; O+]``, built by
+    :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` as the trainer builds
+    them (budget ``context_budget``, ``context_truncation``, EOS and padding
+    stripped from the quoted attempts), each with :func:`reading_target`.
+    """
+    from ..algorithms import build_bicc_prompts
+    from .evaluate import sample_completions
+    from .task import arithmetic_reward
+
+    group = cfg.context_max_attempts + 1
+    picked = [problems[rng.randrange(len(problems))] for _ in range(cfg.context_pool)]
+    samples = sample_completions(
+        model,
+        tokenizer,
+        [p.prompt for p in picked],
+        n=group,
+        max_new_tokens=cfg.context_max_new_tokens,
+        temperature=cfg.context_temperature,
+        seed=rng.randrange(2**31),
+    )
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    pool: list[tuple[list[int], str]] = []
+    for problem, texts in zip(picked, samples, strict=True):
+        rewards = arithmetic_reward([problem.prompt] * group, texts, [str(problem.answer)] * group)
+        if not 0 < sum(rewards) < group:
+            continue
+        q = tokenizer(problem.prompt, add_special_tokens=True)["input_ids"]
+        completions = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in texts]
+        budget = cfg.context_budget
+        if budget is None:  # room for every attempt in full
+            budget = sum(map(len, completions)) + 1024
+        built = build_bicc_prompts(
+            [q] * group,
+            completions,
+            torch.tensor(rewards),
+            group,
+            encoded,
+            budget=budget,
+            pad_token_id=pad,
+            truncation=cfg.context_truncation,  # type: ignore[arg-type]
+            placement=cfg.context_placement,  # type: ignore[arg-type]
+            strip_token_ids={eos, pad},
+        )
+        for correct_row in (True, False):
+            row = next(i for i in range(group) if (rewards[i] > 0.5) == correct_row)
+            ids = built.input_ids[row][built.attention_mask[row].bool()].tolist()
+            # Correct rows see the wrong attempts and the other way round.
+            shown = [t for t, r in zip(texts, rewards, strict=True) if (r > 0.5) != correct_row]
+            pool.append((ids, reading_target(problem, shown, not correct_row, rng, cfg)))
+    return pool
 
 
 def completion_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean next-token cross-entropy over the labelled tokens of the batch."""
-    logits = model(input_ids=batch["input_ids"]).logits  # (B, T, V)
-    # Position t predicts token t + 1.
-    return torch.nn.functional.cross_entropy(
-        logits[:, :-1].flatten(0, 1),
-        batch["labels"][:, 1:].flatten(),
-        ignore_index=IGNORE_INDEX,
-    )
+    return completion_loss_split(model, [batch])
+
+
+def completion_loss_split(
+    model: PreTrainedModel, batches: list[dict[str, torch.Tensor]]
+) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled tokens of all ``batches`` together:
+    the sum of every sub-batch's token losses over their total count, i.e. the same
+    value as one batch of all the rows. Short plain rows and long conditioned rows go
+    in separate sub-batches so the short ones are not padded to the long width."""
+    total = torch.zeros(())
+    count = 0
+    for batch in batches:
+        logits = model(input_ids=batch["input_ids"]).logits  # (B, T, V)
+        labels = batch["labels"][:, 1:].flatten()  # position t predicts token t + 1
+        total = total + torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        count += int((labels != IGNORE_INDEX).sum())
+    return total / max(count, 1)
 
 
 def sft_warm_start(
@@ -265,24 +475,54 @@ def sft_warm_start(
     )
     cache: dict[tuple[str, bool], list[int]] = {}
     encoded = encode_template(tokenizer, cfg.context_max_attempts) if cfg.context_frac else None
+    sampled = cfg.context_frac > 0 and cfg.context_attempts == "sampled"
+    pool: list[tuple[list[int], str]] = []
+    start = int(cfg.context_start_frac * cfg.steps)
     was_training = model.training
     model.train()
     for step in range(1, cfg.steps + 1):
+        if sampled and step > start and (step - 1 - start) % cfg.context_refresh == 0:
+            pool = sampled_reading_pool(model, tokenizer, problems, rng, cfg, encoded) or pool
         picked = [problems[rng.randrange(len(problems))] for _ in range(cfg.batch_size)]
         prompts: list[str | list[int]] = []
         targets: list[str] = []
+        read_prompts: list[str | list[int]] = []
+        read_targets: list[str] = []
         for p in picked:
-            if cfg.context_frac > 0 and rng.random() < cfg.context_frac:
+            if sampled:
+                if pool and rng.random() < cfg.context_frac:
+                    ids, target = pool[rng.randrange(len(pool))]
+                    read_prompts.append(ids)
+                    read_targets.append(target)
+                else:
+                    prompts.append(p.prompt)
+                    targets.append(noisy_solution(p, rng, cfg.error_rate))
+            elif cfg.context_frac > 0 and rng.random() < cfg.context_frac:
                 attempts, correct, target = context_demonstration(
-                    p, rng, cfg.error_rate, cfg.context_max_attempts
+                    p, rng, cfg.error_rate, cfg.context_max_attempts, cfg.context_target
                 )
-                prompts.append(context_prompt(tokenizer, p.prompt, attempts, correct, encoded))
-                targets.append(target)
+                read_prompts.append(
+                    context_prompt(
+                        tokenizer,
+                        p.prompt,
+                        attempts,
+                        correct,
+                        encoded,
+                        budget=cfg.context_budget,
+                        truncation=cfg.context_truncation,  # type: ignore[arg-type]
+                        placement=cfg.context_placement,
+                    )
+                )
+                read_targets.append(target)
             else:
                 prompts.append(p.prompt)
                 targets.append(noisy_solution(p, rng, cfg.error_rate))
-        batch = collate(tokenizer, prompts, targets, cache)
-        loss = completion_loss(model, batch)
+        batches = [
+            collate(tokenizer, ps, ts, cache)
+            for ps, ts in ((prompts, targets), (read_prompts, read_targets))
+            if ps
+        ]
+        loss = completion_loss_split(model, batches)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)

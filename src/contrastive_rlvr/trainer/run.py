@@ -59,7 +59,18 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         settings = EmbeddedSettings(
             seed=config.seed,
             task=task,
-            sft=WarmStartConfig(context_frac=config.embedded_sft_context_frac),
+            bicc_phrases=config.embedded_bicc_phrases,
+            sft=WarmStartConfig(
+                context_frac=config.embedded_sft_context_frac,
+                context_target=config.embedded_sft_context_target,
+                context_budget=embedded_sft_context_budget(config),
+                context_truncation=config.bicc_truncation,
+                context_placement=embedded_sft_context_placement(config),
+                context_max_attempts=max(config.num_generations - 1, 1),
+                context_attempts=config.embedded_sft_context_attempts,
+                context_max_new_tokens=config.max_completion_length,
+                context_temperature=config.temperature,
+            ),
         )
         build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
     else:
@@ -82,6 +93,40 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     )
 
 
+def embedded_sft_context_placement(config: RLVRConfig) -> str:
+    """Where a run of ``config`` puts BiCC's context on the embedded task's text prompts
+    (``auto`` is ``after_prompt`` there), so the reading warm start puts it there too."""
+    from ..algorithms.bicc import resolve_placement
+
+    if config.bicc_placement == "user_turn":
+        raise UserError(
+            "bicc_placement=user_turn needs chat prompts; the embedded task's are plain text: "
+            "use after_prompt, before_prompt or auto"
+        )
+    return resolve_placement(config.bicc_placement, False)
+
+
+def embedded_sft_context_budget(config: RLVRConfig) -> int:
+    """The BiCC context budget a run of ``config`` on the embedded model gives, so that the
+    reading warm start's contexts are cut as RL will cut them: ``context_budget`` with the
+    task's longest prompt (every prompt of one length has the same characters count) and
+    the embedded model's positions."""
+    from ..algorithms import context_budget
+    from ..embedded import TaskConfig, bicc_phrases, build_char_tokenizer, make_datasets
+    from ..embedded.model import DEFAULT_MAX_POSITIONS
+
+    tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
+    train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
+    longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
+    return context_budget(
+        config.bicc_context_ratio,
+        longest_prompt=longest,
+        max_completion_length=config.max_completion_length,
+        max_seq_len=config.bicc_max_seq_len,
+        max_positions=DEFAULT_MAX_POSITIONS,
+    )
+
+
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
     """A reused ``sft-model`` (a rerun, or compare's cache) built with other settings than
     this config's is used as it is, but said (remove it to build it anew)."""
@@ -95,11 +140,19 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
         "seed": record.get("seed"),
         "embedded_terms": record.get("task", {}).get("terms"),
         "embedded_sft_context_frac": record.get("sft", {}).get("context_frac", 0.0),
+        "embedded_sft_context_target": record.get("sft", {}).get("context_target", "avoid"),
+        "embedded_sft_context_attempts": record.get("sft", {}).get(
+            "context_attempts", "demonstrator"
+        ),
+        "embedded_bicc_phrases": record.get("bicc_phrases", False),
     }
     wanted = {
         "seed": config.seed,
         "embedded_terms": config.embedded_terms,
         "embedded_sft_context_frac": config.embedded_sft_context_frac,
+        "embedded_sft_context_target": config.embedded_sft_context_target,
+        "embedded_sft_context_attempts": config.embedded_sft_context_attempts,
+        "embedded_bicc_phrases": config.embedded_bicc_phrases,
     }
     diffs = [f"{k}: {built[k]!r} there, {v!r} here" for k, v in wanted.items() if built[k] != v]
     if diffs:

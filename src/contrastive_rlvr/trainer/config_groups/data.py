@@ -124,6 +124,38 @@ class DataOptions:
             "start."
         },
     )
+    embedded_bicc_phrases: bool = field(
+        default=False,
+        metadata={
+            "help": "Embedded model: give each piece of BiCC's default framing (headers, "
+            "'Attempt k: ', footer) one token instead of one per character, so BiCC's context "
+            "budget holds the attempts (at 102 tokens the character framing leaves room for "
+            "at most three attempts, cut to 5 characters); changes the tokenizer, so the warm "
+            "start is built for it."
+        },
+    )
+    embedded_sft_context_target: Literal["avoid", "reference"] = field(
+        default="avoid",
+        metadata={
+            "help": "Embedded reading warm start: what the demonstrator writes after wrong "
+            "attempts. 'avoid': a noisy demonstration repeating none of the shown answers; "
+            "'reference': the reference chain (the framing is decisive). After correct "
+            "attempts it is the reference chain in both. Contexts are cut to this run's BiCC "
+            "budget (bicc_context_ratio, bicc_max_seq_len, bicc_truncation), as RL cuts them "
+            "(docs/bicc.md)."
+        },
+    )
+    embedded_sft_context_attempts: Literal["demonstrator", "sampled"] = field(
+        default="demonstrator",
+        metadata={
+            "help": "Embedded reading warm start: where the attempts in its contexts come "
+            "from. 'demonstrator': the demonstrator's slips (results off by 1 or 10); "
+            "'sampled': the model's own samples (num_generations per problem, this run's "
+            "max_completion_length and temperature), re-sampled every 100 SFT steps from a "
+            "quarter of the steps on and laid out by BiCC's own prompt builder, so the contexts "
+            "are the ones RL will show (docs/bicc.md)."
+        },
+    )
     torch_threads: int = field(
         default=1,
         metadata={"help": "torch intra-op threads on CPU (1 is fastest on shared cores)."},
@@ -152,6 +184,26 @@ class DataOptions:
             "embedded_sft_context_frac",
             self.embedded_sft_context_frac,
             "must be in [0, 1] (0: the plain warm start)",
+        )
+        check(
+            self.embedded_sft_context_target in ("avoid", "reference"),
+            "embedded_sft_context_target",
+            self.embedded_sft_context_target,
+            "must be 'avoid' or 'reference'",
+        )
+        check(
+            self.embedded_sft_context_attempts in ("demonstrator", "sampled"),
+            "embedded_sft_context_attempts",
+            self.embedded_sft_context_attempts,
+            "must be 'demonstrator' or 'sampled'",
+        )
+        reading = (self.embedded_sft_context_target, self.embedded_sft_context_attempts)
+        check(
+            self.embedded_sft_context_frac > 0 or reading == ("avoid", "demonstrator"),
+            "embedded_sft_context_frac",
+            self.embedded_sft_context_frac,
+            "must be > 0 when embedded_sft_context_target or embedded_sft_context_attempts "
+            "is set (they shape the reading demonstrations, which a share of 0 leaves out)",
         )
         check(
             self.eval_limit is None or self.eval_limit >= 1,
