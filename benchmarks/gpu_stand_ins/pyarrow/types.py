@@ -1,22 +1,14 @@
-"""A stand-in for ``pyarrow.types`` in the GPU check's bundle (see ../README.md):
-importable, and every attribute a placeholder that raises when used (TRL uses pyarrow only
-for its SFT packing, which GRPO never calls)."""
+"""A stand-in for ``pyarrow.types`` in the GPU check's bundle (see ../README.md): the
+package's placeholders, which raise when used."""
 
 from __future__ import annotations
 
-from typing import Any
+from . import STAND_IN, _placeholder
 
-STAND_IN = True
-
-
-def _placeholder(name: str) -> type:
-    def refuse(*_: Any, **__: Any) -> None:
-        raise ImportError(f"pyarrow.{name}: pyarrow is not installed (GPU check stand-in)")
-
-    return type(name, (), {"__new__": refuse, "__init__": refuse})
+__all__ = ["STAND_IN"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str):  # noqa: ANN202
     if name.startswith("__"):
         raise AttributeError(name)
-    return _placeholder(name)
+    return _placeholder(f"types.{name}")
