@@ -70,6 +70,7 @@ class PromptSharing:
         self.kind: PromptKind = "plain"
         self._forms: dict[int, Form | None] = {}
         self._on_logps: Callable[[torch.Tensor], None] | None = None
+        self._said: set[str] = set()  # per-row fallbacks already logged
 
     @classmethod
     def from_config(cls, cfg, num_processes: int) -> PromptSharing:  # noqa: ANN001
@@ -122,6 +123,13 @@ class PromptSharing:
         finally:
             self.kind, self._on_logps = before
 
+    def _per_row(self, reason: str) -> None:
+        """None (TRL's per-row forward runs), the reason logged the first time."""
+        if reason not in self._said:
+            self._said.add(reason)
+            logger.warning("prompt sharing (%s prompts): per-row forward, as %s", self.kind, reason)
+        return None
+
     def seen(self, out: LogpsAndEntropies) -> LogpsAndEntropies:
         """Every forward's outputs pass here: the first one with gradient inside
         ``prompts(..., on_logps=f)`` goes to ``f`` (once)."""
@@ -147,10 +155,12 @@ class PromptSharing:
         (B, C) or None, no router loss) from the shared form, or None where the per-row
         forward must run. ``input_ids`` (B, P + C) are left-padded prompts then right-padded
         completions, as TRL builds them; ``extra`` are TRL's multimodal arguments."""
-        if not self.enabled[self.kind] or compute_aux_loss:
+        if not self.enabled[self.kind]:
             return None
+        if compute_aux_loss:
+            return self._per_row("a MoE router loss is asked for (packing changes its tokens)")
         if any(value is not None for value in extra.values()):
-            return None
+            return self._per_row("the inputs are multimodal")
         form = self._forms.get(id(model))
         if form is None:
             return None
@@ -163,8 +173,10 @@ class PromptSharing:
         )
         if form == "cache":
             # Pass 1 encodes each prompt less its last token: it must not be empty.
-            if compute_entropy or int(tensors[1].sum(1).min()) < 2:
-                return None
+            if compute_entropy:
+                return self._per_row("the key/value-cache form gives no entropies (TRL's loss)")
+            if int(tensors[1].sum(1).min()) < 2:
+                return self._per_row("a prompt has fewer than 2 tokens (the cache form's pass 1)")
             with autocast():
                 return shared_prefix_logps(model, *tensors), None, None
         # Under gradient: one forward for the micro-batch (DDP, ZeRO and checkpointing need

@@ -58,7 +58,8 @@ class RCCOptions:
             "pass; the same advantages) when BiCC, VeriGate, OC-GRPO and the delta diagnostics "
             "are off and every micro-batch holds whole groups, else a separate pass (the "
             "reason is logged). 'stage': always the separate pass. Off-policy batches use "
-            "TRL's old log-probs either way (docs/performance.md)."
+            "TRL's old log-probs either way (docs/performance.md). Read only with rcc on and "
+            "rcc_reference='reference'."
         },
     )
 

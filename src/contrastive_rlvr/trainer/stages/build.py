@@ -130,7 +130,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     passes: dict[str, Any] = {}  # the log-prob stage of each mode (evaluation never defers)
     if old_for_bicc or facts.has_reference:
         reason = rcc_delta_pass_reason(cfg, facts.group_size)
-        if cfg.rcc and reason is not None:
+        if cfg.rcc and cfg.rcc_reference == "reference" and reason is not None:
             logger.info("RCC: delta from a separate no-grad policy pass, as %s", reason)
         for mode in ("train", "eval"):
             passes[mode] = LogProbPasses(
