@@ -21,6 +21,7 @@ from .checkpoints import config_differences, list_checkpoints, newest_complete_c
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
 from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
+from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
 
@@ -76,7 +77,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
-    model = AutoModelForCausalLM.from_pretrained(sft_dir)
+    model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
     train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
@@ -174,10 +175,11 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     held-out evaluation (passed the same way here)."""
     from ..data import is_conversational_prompt, resolve_instruction, with_instruction
     from ..models import load_model_and_tokenizer
+    from .model_options import model_load_kwargs
     from .preflight import load_dataset_of
 
     checked = checked if checked is not None else preflight(config)
-    model, tokenizer = load_model_and_tokenizer(config.model)
+    model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
     model.train()
     loaded = checked.prompts or load_dataset_of(config)
     if loaded.skipped:
@@ -387,6 +389,7 @@ def train(
         train_dataset=parts["train"],
         processing_class=parts["tokenizer"],
         callbacks=[update_guard, metrics, *(extra_callbacks or [])],
+        peft_config=peft_config_of(config),
     )
     update_guard.reduce = lambda flag: trainer.accelerator.reduce(
         flag.to(trainer.accelerator.device), reduction="sum"
@@ -418,6 +421,10 @@ def train(
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
         trainer.train(resume_from_checkpoint=resume)
+    # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
+    # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
+    trainer.create_model_card()
+    trainer.save_model(str(out))
     after = parts["evaluate"](trainer.model)
     summary = {
         "recipe": config.recipe,

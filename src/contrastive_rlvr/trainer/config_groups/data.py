@@ -218,6 +218,17 @@ class DataOptions:
     )
 
     def validate_data(self) -> None:
+        named = getattr(self, "model_name_or_path", None)  # TRL's ModelConfig spelling
+        if named is not None:
+            check(
+                self.model in ("embedded", named),
+                "model_name_or_path",
+                named,
+                f"differs from model={self.model!r}; give one of the two",
+            )
+            self.model = named
+        elif self.model != "embedded" and hasattr(self, "model_name_or_path"):
+            self.model_name_or_path = self.model  # one value under both spellings
         if self.dataset_name is not None:
             check(
                 self.dataset is None or self.dataset == self.dataset_name,
