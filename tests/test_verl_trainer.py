@@ -142,8 +142,8 @@ class FakeTokenizer:
         "Your attempt:\n": [930],
     }
 
-    def encode(self, text, add_special_tokens=False):
-        return self.IDS[text]
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": self.IDS[text]}
 
 
 def make_trainer(cfg, monkeypatch, rows, **crlvr):
@@ -172,6 +172,8 @@ def row(prompt, response, reward):
         "rm_scores": scores,
         "response_mask": torch.ones(len(response), dtype=torch.int64),
         "old_log_probs": torch.full((len(response),), -0.5),
+        "entropy": torch.full((len(response),), 0.25),
+        "ref_log_prob": torch.full((len(response),), -0.75),
     }
 
 
@@ -205,7 +207,14 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     )
     rows, batch = bicc_batch()
     trainer, store = make_trainer(
-        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_ratio=ratio
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_context_ratio=0.5,
+        bicc_ratio=ratio,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
     )
     seen = {}
 
@@ -221,8 +230,15 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
             store.rows[key]["old_log_probs"] = store.rows[key]["old_log_probs"] - 1.0
         return batch
 
+    def fake_ref_log_prob(batch, metrics):
+        seen["ref_logp_prompt"] = store.rows["a_0_0"]["prompts"].tolist()
+        for key in batch.keys:
+            store.rows[key]["ref_log_prob"] = store.rows[key]["ref_log_prob"] - 1.0
+        return batch
+
     monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", fake_update)
     trainer._compute_old_log_prob = fake_old_log_prob
+    trainer._compute_ref_log_prob = fake_ref_log_prob
     metrics = {}
     trainer._update_actor(batch, metrics)
 
@@ -244,11 +260,15 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     ]
     # consistent mode recomputes the old log-probs on the conditioned rows; paper mode does not
     assert seen.get("old_logp_prompt") == (a0 if ratio == "consistent" else None)
+    # with the KL loss on (kl_loss_coef 0.01), the consistent mode's reference is taken on the
+    # conditioned prompt too, as TRL's with beta > 0; the paper mode keeps the plain one
+    assert seen.get("ref_logp_prompt") == (a0 if ratio == "consistent" else None)
     # after the update: the plain rows and tags again
     assert store.rows["a_0_0"]["prompts"].tolist() == [1, 2]
     assert store.rows["a_0_0"]["input_ids"].tolist() == [1, 2, 10, 11, EOS]
     assert store.rows["a_1_0"]["position_ids"].tolist() == [0, 1, 2, 3]
     assert store.rows["a_1_0"]["old_log_probs"].tolist() == [-0.5, -0.5]
+    assert store.rows["a_1_0"]["ref_log_prob"].tolist() == [-0.75, -0.75]
     assert [(t["prompt_len"], t["seq_len"]) for t in batch.tags] == [(2, 5), (1, 3), (2, 4), (1, 4)]
     # context tokens (5, 0, 6, 0) -> mean 2.75; half of the rows conditioned
     assert metrics["bicc/context_tokens"] == pytest.approx(2.75)

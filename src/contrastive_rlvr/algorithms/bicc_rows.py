@@ -164,20 +164,42 @@ class BiCCRowBuilder:
         return dict(prompt_messages=messages, decode=decode, render=render)
 
 
-def longest_conditioned_row(
-    builder: BiCCRowBuilder, *, max_prompt_length: int, max_positions: int | None = None
-) -> int:
-    """An upper bound on prompt + context + completion tokens of any conditioned row,
-    for engines that size micro-batches in tokens before the rows exist. The user-turn
-    placement re-tokenises the decoded attempts, which can add a few tokens beyond the
-    budget; engines still check each built row."""
-    budget = builder.budget(max_prompt_length, max_positions)
-    return max_prompt_length + budget + builder.max_completion_length
+def chat_renderer(
+    tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None
+) -> RenderChat | None:
+    """Chat messages -> token ids with the tokenizer's chat template and the generation
+    header (how TRL renders a prompt without tools, and verl's agent loop with
+    ``data.apply_chat_template_kwargs``); None if the tokenizer has no chat template."""
+    if not hasattr(tokenizer, "apply_chat_template"):
+        return None
+    kwargs = dict(chat_template_kwargs or {})
+
+    def render(messages: list[dict]) -> list[int]:
+        return list(
+            tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+            )
+        )
+
+    return render
+
+
+def text_decoder(tokenizer: Any) -> Callable[[list[int]], str]:
+    """Token ids -> text without special tokens, so a quoted attempt cannot close the turn."""
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def template_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
+    """Template text -> token ids without special tokens (both engines encode the framing
+    with this call)."""
+    return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 __all__ = [
     "BiCCRowBuilder",
+    "chat_renderer",
     "end_token_ids",
     "is_chat",
-    "longest_conditioned_row",
+    "template_encoder",
+    "text_decoder",
 ]
