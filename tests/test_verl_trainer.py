@@ -367,3 +367,183 @@ def test_trainer_mode_reads_sync_for_verls_checks():
     assert trainer.trainer_mode == "sync"
     with pytest.raises(ValueError, match="crlvr_sync"):
         trainer.trainer_mode = "separate_async"
+
+
+# ----------------------------------------------------------------------------- refusals at start
+
+# grpo_bicc_rcc: max_prompt_length 1024, max_response_length 4096, ratio 0.4, no
+# bicc_max_seq_len: the longest conditioned row is 1024 + floor(0.4 * 5120) + 4096 = 7168.
+LONGEST_ROW = 1024 + 2048 + 4096
+DYNAMIC = {"actor_rollout_ref.actor.use_dynamic_bsz": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("grpo_bicc_rcc", {"actor_rollout_ref.actor.use_prefix_grouper": True}, "prefix_grouper"),
+        ("conspo_rcc", {"actor_rollout_ref.actor.use_prefix_grouper": True}, "prefix_grouper"),
+        (
+            "grpo_bicc_rcc",
+            {"algorithm.rollout_correction.bypass_mode": True},
+            "bypass_mode=True makes them vLLM",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {
+                "algorithm.adv_estimator": "crlvr_grpo",
+                "algorithm.rollout_correction.rollout_is": "token",
+            },
+            "loss_mode='crlvr_grpo' does not apply rollout-correction",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW - 1},
+            f"ppo_max_token_len_per_gpu gives {LONGEST_ROW - 1} tokens .* can reach {LONGEST_ROW}",
+        ),
+        (
+            # sequence parallelism multiplies the limit: 3584 x 2 = 7167 + 1 < 7168 still refused
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW // 2 - 1,
+                "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": 2,
+            },
+            "ppo_max_token_len_per_gpu gives 7166",
+        ),
+        (
+            # consistent mode: the old log-prob pass sees conditioned rows too
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.policy_loss.bicc_ratio": "consistent",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": LONGEST_ROW - 1,
+            },
+            "rollout.log_prob_max_token_len_per_gpu",
+        ),
+        (
+            # ... and the reference pass, with the KL loss on (kl_loss_coef 0.01)
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.policy_loss.bicc_ratio": "consistent",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": LONGEST_ROW - 1,
+            },
+            "ref.log_prob_max_token_len_per_gpu",
+        ),
+        ("grpo_bicc_rcc", {"actor_rollout_ref.actor.policy_loss.bicc_mix": 0.5}, "bicc_mix=0.5"),
+        (
+            "grpo_bicc_rcc",
+            {"actor_rollout_ref.actor.policy_loss.rcc_bound": "group"},
+            "rcc_bound must be one of",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {"actor_rollout_ref.actor.policy_loss.bicc_placement": "system"},
+            "bicc_placement must be one of",
+        ),
+    ],
+)
+def test_check_settings_refuses_what_verl_cannot_run(recipes, name, overrides, message):
+    with pytest.raises(Exception, match=message) as caught:
+        check_settings(with_overrides(recipes[name], **overrides))
+    # Hydra may wrap the config's ValueError; the message names the field either way.
+    assert isinstance(caught.value, ValueError) or "ValueError" in repr(caught.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW},
+        # bicc_max_seq_len 1000: 1024 + floor(0.4 * 1000) + 4096 = 5520 tokens suffice
+        {
+            **DYNAMIC,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 5520,
+            "actor_rollout_ref.actor.policy_loss.bicc_max_seq_len": 1000,
+        },
+        # paper mode: the old / reference passes see plain rows, their limits do not matter
+        {
+            **DYNAMIC,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 5120,
+        },
+        # fixed-size micro-batches have no token limit
+        {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 10},
+        # verl's own estimators and losses with IS weights are verl's business
+        {
+            "algorithm.adv_estimator": "grpo",
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla",
+            "algorithm.rollout_correction.rollout_is": "token",
+        },
+    ],
+)
+def test_check_settings_accepts_the_limits_that_hold_a_conditioned_row(recipes, overrides):
+    check_settings(with_overrides(recipes["grpo_bicc_rcc"], **overrides))
+
+
+def test_settings_reach_the_row_builder_and_the_estimators(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.policy_loss.bicc_max_seq_len": 100,
+            "actor_rollout_ref.actor.policy_loss.bicc_footer": "\n",
+            "actor_rollout_ref.actor.policy_loss.rcc_bound": "none",
+        },
+    )
+    options = check_settings(cfg)
+    trainer, _ = make_trainer(cfg, monkeypatch, {}, **vars(options))
+    trainer.end_token_ids = [EOS, 98]
+    builder = trainer._bicc_builder()
+    assert builder.max_seq_len == 100 and builder.placement == "auto"
+    assert builder.max_completion_length == 4096  # data.max_response_length
+    assert builder.template.footer == [920]  # bicc_footer "\n"
+    assert builder.strip_token_ids == {EOS, 98, PAD}  # the EOS list and the pad id
+    from contrastive_rlvr.integrations.verl.advantages import ESTIMATORS
+
+    padded = {"old_log_probs": 0, "ref_log_prob": 0}
+    kwargs = trainer._estimator_kwargs(ESTIMATORS["crlvr_rcc"], padded)
+    assert kwargs["rcc_bound"] == "none"
+
+
+# ----------------------------------------------------------------------------- balance
+
+
+def test_bicc_balance_uses_conditioned_lengths_then_restores_plain_ones(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
+            "data.max_prompt_length": 20,
+            "data.max_response_length": 20,
+        },
+    )
+    rows, batch = bicc_batch()
+    trainer, _ = make_trainer(
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_context_ratio=0.5,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+    )
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})
+    trainer.use_critic = False
+    metrics = {}
+    out = trainer._balance_batch(batch, metrics)
+    # Conditioned lengths (see the update test): a_0_0 10, b_0_0 3, a_1_0 10, b_1_0 4;
+    # plain 5, 3, 4, 4. Two ranks of two rows: the long a rows go to different ranks,
+    # {10, 4} and {10, 3}: max 14, min 13 (plain lengths would give at most 9).
+    assert metrics["global_seqlen/max"] == 14 and metrics["global_seqlen/min"] == 13
+    for share in (out.keys[:2], out.keys[2:]):
+        assert sorted(k[0] for k in share) == ["a", "b"]
+    assert {k: t["seq_len"] for k, t in zip(out.keys, out.tags, strict=True)} == {
+        "a_0_0": 5,
+        "b_0_0": 3,
+        "a_1_0": 4,
+        "b_1_0": 4,
+    }
