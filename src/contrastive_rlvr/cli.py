@@ -55,13 +55,18 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
-    from .trainer.guards import AllUpdatesSkipped, NonFiniteParametersError
+    from .trainer.guards import (
+        AllUpdatesSkipped,
+        NonFiniteParametersError,
+        NoTrainingSteps,
+        RewardExitError,
+    )
 
     try:
         return fn(*args, **kwargs)
     except USER_ERRORS as err:
         _fail(err, 2)
-    except (AllUpdatesSkipped, NonFiniteParametersError) as err:
+    except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
         _fail(err, 1)
     except KeyboardInterrupt as err:
         typer.echo("interrupted", err=True)

@@ -86,7 +86,13 @@ def check_model_path(model: str) -> None:
 
 
 def check_output_dir(path: str | os.PathLike[str]) -> None:
-    """The output directory can be created and written to."""
+    """The output directory is named, and can be created and written to."""
+    if not str(path).strip():
+        # Path("") is the current folder: a run would write its files among the user's.
+        raise UserError(
+            f"output_dir={str(path)!r} is empty: give the folder the run writes to "
+            "(e.g. runs/my-run)"
+        )
     out = Path(path)
     existing = out
     while not existing.exists() and existing != existing.parent:
@@ -140,4 +146,16 @@ def preflight(config: Any) -> PreflightResult:
                 f"reward_weights={weights} has {len(weights)} entries for "
                 f"{len(config.rewards)} reward functions {config.rewards}: give one per function"
             )
+    # TRL's sampler draws whole batches of distinct prompts and drops a partial one: with
+    # fewer training rows than one batch needs, the run would train 0 steps.
+    needed = config.generation_batch_size // config.num_generations
+    rows = len(prompts.dataset) - config.heldout_size
+    if rows < needed:
+        raise UserError(
+            f"dataset={config.dataset!r} leaves {rows} training rows after heldout_size="
+            f"{config.heldout_size}, fewer than the {needed} distinct prompts one generation "
+            f"batch needs (generation_batch_size={config.generation_batch_size} / "
+            f"num_generations={config.num_generations}): add rows, or lower heldout_size or "
+            "the batch size"
+        )
     return result
