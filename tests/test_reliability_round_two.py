@@ -341,3 +341,157 @@ def test_a_finished_run_is_extended_when_the_override_says_so(epoch_root, tmp_pa
     assert (out / "summary.before-resume.json").exists()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------- early one-line errors
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("a model was loaded before the input was checked")
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    import contrastive_rlvr.models as models
+    import contrastive_rlvr.trainer.run as run_module
+
+    monkeypatch.setattr(run_module, "load_run_inputs", _no_model)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", _no_model)
+
+
+def _cli(args: list[str]):
+    from typer.testing import CliRunner
+
+    from contrastive_rlvr.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def _one_line(result, code: int, message: str) -> None:
+    assert result.exit_code == code, result.output
+    assert message in result.output, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_steps: 2\n  bad: [\n", "is not valid YAML"),
+        ("max_steps: 2\nlearning_rate: [1, 2]\n", "learning_rate=[1, 2] is a list, not a float"),
+        ("max_steps: 2\nmax_steps: 3\n", "'max_steps' is given twice (lines 1 and 2)"),
+    ],
+)
+def test_yaml_mistakes_are_one_line_before_any_model(text, message, tmp_path, guarded):
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    _one_line(_cli(["train", "--config", str(config)]), 2, message)
+
+
+def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
+    # No reading warm start asked for: its context budget is not computed (it was 0 here,
+    # and WarmStartConfig refused it before anything was built).
+    import contrastive_rlvr.embedded as embedded
+    from contrastive_rlvr.trainer.run import load_run_inputs
+
+    config = tmp_path / "c.yaml"
+    config.write_text("max_steps: 2\n")
+    seen = []
+
+    def stop(out, settings, sft_steps):
+        seen.append(settings.sft.context_budget)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embedded, "build_embedded_default", stop)
+    cfg = parse_config(config, ["--output_dir", str(tmp_path / "o")])
+    with pytest.raises(KeyboardInterrupt):
+        load_run_inputs(cfg, tmp_path / "o")
+    assert seen == [None]
+
+
+@pytest.fixture(scope="module")
+def custom(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("custom")
+    rows = [{"problem": f"{i}+{i}=", "answer": str(2 * i)} for i in range(5)]
+    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows[3]["problem"] = "1+" * 400 + "1="  # 802 characters: more than the model's positions
+    (root / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "reward.py").write_text(REWARD_SRC)
+    save_tiny_model(root / "model")
+    return {"root": root, "model": root / "model"}
+
+
+def _custom_args(custom, *extra: str) -> list[str]:
+    root = custom["root"]
+    return [
+        "train", "--model", str(custom["model"]), "--dataset", str(root / "data.jsonl"),
+        "--rewards", f"{root / 'reward.py'}:parity", "--heldout_size", "1",
+        "--num_generations", "4", "--per_device_train_batch_size", "4",
+        "--gradient_accumulation_steps", "1", "--max_completion_length", "6", *extra,
+    ]  # fmt: skip
+
+
+def test_too_few_rows_for_one_step_refused_before_the_model(custom, guarded, tmp_path):
+    # 4 training rows, 8 distinct prompts per generation batch (32 rows / 4): 0 steps.
+    args = _custom_args(
+        custom, "--per_device_train_batch_size", "32", "--output_dir", str(tmp_path)
+    )
+    _one_line(_cli(args), 2, "fewer than the 8 distinct prompts one generation batch needs")
+
+
+def test_report_to_a_missing_integration_refused_before_the_model(custom, guarded, tmp_path):
+    args = _custom_args(custom, "--report_to", "wandb", "--output_dir", str(tmp_path))
+    _one_line(_cli(args), 2, "wandb is not installed")
+
+
+def test_prompts_longer_than_the_models_positions_refused(custom, tmp_path):
+    root = custom["root"]
+    args = _custom_args(
+        custom, "--dataset", str(root / "long.jsonl"), "--output_dir", str(tmp_path)
+    )
+    _one_line(_cli(args), 2, "needs more than the model's")
+
+
+def test_eval_of_truncated_weights_is_one_line_before_loading(custom, guarded, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(custom["model"], model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    args = ["eval", "--model", str(model), "--benchmarks", "gsm8k", "--n", "1", "--limit", "1"]
+    _one_line(_cli([*args, "--output-dir", str(tmp_path / "e")]), 2, "its weights are not whole")
+
+
+def _subprocess_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1",
+            **extra}  # fmt: skip
+
+
+def test_unreachable_hub_id_refused_before_the_model(custom, tmp_path):
+    # A closed port stands for a Hub that cannot be reached.
+    root = custom["root"]
+    args = _custom_args(custom, "--model", "some-org/not-cached-model", "--output_dir",
+                        str(tmp_path / "o"))  # fmt: skip
+    env = _subprocess_env(HF_HUB_OFFLINE="0", HF_ENDPOINT="http://127.0.0.1:9",
+                          HF_HUB_ETAG_TIMEOUT="5", HF_HUB_DISABLE_TELEMETRY="1")  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "contrastive_rlvr.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=root)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "the Hub cannot give it" in done.stderr and "Traceback" not in done.stderr
+
+
+DISK_FULL = """
+import resource, signal, sys
+from contrastive_rlvr.cli import app
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+sys.argv = ["contrastive-rlvr", "train", "--output_dir", sys.argv[1], "--embedded_sft_steps", "1"]
+app()
+"""
+
+
+def test_disk_full_during_a_save_is_said(tmp_path):
+    # A 64 KiB file-size limit: the warm start's weights cannot be written whole.
+    cmd = [sys.executable, "-c", DISK_FULL, str(tmp_path / "o")]
+    done = subprocess.run(cmd, env=_subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "error: disk full" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "o" / "sft-model").exists()  # nothing half-written left in place

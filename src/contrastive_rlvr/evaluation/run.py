@@ -226,7 +226,20 @@ def _check_inputs(config: EvalConfig, out_dir: Path, model: Any) -> dict[str, An
     }
     if model is None:
         check_model_path(config.model)
+        problems = _saved_weights_problems(Path(config.model).expanduser())
+        if problems:
+            raise ValueError(f"model={config.model!r}: its weights are not whole: {problems}")
     return datasets
+
+
+def _saved_weights_problems(path: Path) -> str | None:
+    """Why the weights of a saved model folder are truncated or missing (a save cut short
+    by a kill or a full disk), checked from their headers before anything loads."""
+    from ..trainer.checkpoints import weights_problems
+
+    if not path.is_dir():
+        return None
+    return "; ".join(weights_problems(path)) or None
 
 
 def evaluate(

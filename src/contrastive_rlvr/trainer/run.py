@@ -92,7 +92,12 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
             sft=WarmStartConfig(
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
-                context_budget=embedded_sft_context_budget(config),
+                # Read only by a reading warm start (a share of it > 0).
+                context_budget=(
+                    embedded_sft_context_budget(config)
+                    if config.embedded_sft_context_frac > 0
+                    else None
+                ),
                 context_truncation=config.bicc_truncation,
                 context_placement=embedded_sft_context_placement(config),
                 context_max_attempts=max(config.num_generations - 1, 1),
@@ -152,13 +157,23 @@ def embedded_sft_context_budget(config: RLVRConfig) -> int:
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
-    return context_budget(
+    budget = context_budget(
         config.bicc_context_ratio,
         longest_prompt=longest,
         max_completion_length=config.max_completion_length,
         max_seq_len=config.bicc_max_seq_len,
         max_positions=DEFAULT_MAX_POSITIONS,
     )
+    if budget < 1:
+        raise UserError(
+            f"embedded_sft_context_frac={config.embedded_sft_context_frac} needs room for "
+            f"BiCC's context, but the longest prompt ({longest} tokens) plus "
+            f"max_completion_length={config.max_completion_length} leave none of "
+            f"bicc_max_seq_len={config.bicc_max_seq_len} (positions "
+            f"{DEFAULT_MAX_POSITIONS}) at bicc_context_ratio={config.bicc_context_ratio}: "
+            "lower max_completion_length or raise bicc_max_seq_len"
+        )
+    return budget
 
 
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
@@ -229,6 +244,7 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
+    check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
 
     def evaluate(m) -> float:
@@ -257,6 +273,37 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
         return avg_at_n(correct)
 
     return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+
+
+#: Prompts whose length is checked against the model's positions (the first of the
+#: shuffled dataset: tokenizing a huge dataset would cost more than the check is worth).
+PROMPT_LENGTH_SAMPLE = 2000
+
+
+def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts: list) -> None:
+    """Refuse prompts that with ``max_completion_length`` need more positions than the
+    model has (TRL does not cut prompts: the model would run past what it was trained on,
+    without a word)."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(positions, int) or not prompts:
+        return
+
+    def length(prompt: Any) -> int:
+        if isinstance(prompt, list):  # chat messages
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        return len(ids)
+
+    longest = max(length(p) for p in prompts)
+    if longest + config.max_completion_length > positions:
+        raise UserError(
+            f"dataset={config.dataset!r}: its longest prompt is {longest} tokens, which with "
+            f"max_completion_length={config.max_completion_length} needs more than the "
+            f"model's {positions} positions (max_position_embeddings); shorten the prompts "
+            "or lower max_completion_length"
+        )
 
 
 def _is_correct(score: float | None, threshold: float) -> bool:
