@@ -17,11 +17,11 @@ pytest.importorskip("verl")
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
+from verl_fakes import FakeTQ  # noqa: E402
 
 from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
 from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
@@ -99,35 +99,6 @@ def test_check_settings_names_the_bad_setting(recipes, name, overrides, message)
 
 
 # ----------------------------------------------------------------------------- fakes
-
-
-class FakeTQ:
-    """In-memory TransferQueue: per key, per field, one 1-D tensor; nested on the way out."""
-
-    def __init__(self, rows):
-        self.rows = {k: dict(v) for k, v in rows.items()}
-        self.tags = {}
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return TensorDict(
-            {
-                f: torch.nested.as_nested_tensor(
-                    [self.rows[k][f] for k in keys], layout=torch.jagged
-                )
-                for f in select_fields
-            },
-            batch_size=len(keys),
-        )
-
-    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-        if fields is not None:
-            for name in fields.keys():
-                for key, value in zip(keys, fields[name].unbind(), strict=True):
-                    self.rows[key][name] = value.clone()
-        tags = tags if tags is not None else [{} for _ in keys]
-        for key, tag in zip(keys, tags, strict=True):
-            self.tags[key] = dict(tag)
-        return KVBatchMeta(keys=list(keys), tags=[dict(t) for t in tags])
 
 
 class FakeTokenizer:
