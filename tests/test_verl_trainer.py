@@ -518,3 +518,32 @@ def test_bicc_balance_uses_conditioned_lengths_then_restores_plain_ones(recipes,
         "a_1_0": 4,
         "b_1_0": 4,
     }
+
+
+def test_init_tokenizer_keeps_the_eos_list_and_the_window(monkeypatch):
+    tok = FakeTokenizer()
+    model = SimpleNamespace(
+        tokenizer=tok,
+        processor=None,
+        generation_config=SimpleNamespace(eos_token_id=[7, 8]),
+        hf_config=SimpleNamespace(max_position_embeddings=4096),
+    )
+    monkeypatch.setattr(trainer_module, "omega_conf_to_dataclass", lambda cfg: model)
+    trainer = object.__new__(CrlvrTrainer)
+    trainer.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(model=None))
+    trainer._init_tokenizer()
+    assert trainer.tokenizer is tok and trainer.processor is None
+    assert trainer.end_token_ids == [EOS, 7, 8]  # the tokenizer's EOS first, as TRL
+    assert trainer.max_positions == 4096
+
+
+def test_a_built_row_over_the_token_limit_names_the_setting(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW},
+    )
+    trainer, _ = make_trainer(cfg, monkeypatch, {}, bicc=True)
+    rows = SimpleNamespace(prompts=[torch.zeros(LONGEST_ROW - 10)], context_tokens=None)
+    trainer._check_row_lengths(rows, [torch.zeros(10)])  # exactly at the limit: fine
+    with pytest.raises(ValueError, match="ppo_max_token_len_per_gpu=7168"):
+        trainer._check_row_lengths(rows, [torch.zeros(11)])

@@ -390,7 +390,9 @@ class CrlvrTrainer(PPOTrainerSync):
         got = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
-        messages = list(got["raw_prompt"]) if chat else None
+        # raw_prompt comes back as lists, a non-tensor stack or numpy object arrays of
+        # message dicts, depending on TransferQueue's backend: make each a list.
+        messages = [list(m) for m in got["raw_prompt"]] if chat else None
         if messages is not None and not all(is_chat(m) for m in messages):
             messages = None  # text prompts: auto means after_prompt, user_turn raises
         tokenizer = self.tokenizer
