@@ -84,7 +84,9 @@ def loss_metric_keys(cfg) -> dict[str, str]:  # noqa: ANN001
 
 
 class MetricsJsonl(TrainerCallback):
-    """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``.
+    """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``,
+    and one per held-out evaluation during training (TRL's ``eval_*`` keys, as TRL logs
+    them).
 
     On resume, lines of steps after the checkpoint are dropped first, so the
     file never holds a step twice. ``counters``, when set, returns running totals
@@ -111,11 +113,12 @@ class MetricsJsonl(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        is_eval = any(k.startswith("eval_") for k in logs or {})
+        if not state.is_world_process_zero or not logs or ("reward" not in logs and not is_eval):
             return control
         row = {"step": state.global_step}
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
-        if self.counters is not None:
+        if self.counters is not None and not is_eval:
             row.update(self.counters())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:

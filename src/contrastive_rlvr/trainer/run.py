@@ -89,6 +89,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         model=model,
         tokenizer=tokenizer,
         train=train,
+        heldout=heldout,
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
@@ -207,7 +208,14 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     train = data.select(range(config.heldout_size, len(data)))
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
     evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
-    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+    return dict(
+        model=model,
+        tokenizer=tokenizer,
+        train=train,
+        heldout=heldout,
+        rewards=rewards,
+        evaluate=evaluate,
+    )
 
 
 def _heldout_evaluator(
@@ -387,6 +395,9 @@ def train(
         reward_funcs=parts["rewards"],
         args=config,
         train_dataset=parts["train"],
+        # Held-out evaluation during training (eval_strategy/eval_steps): TRL's own, on the
+        # held-out rows, logged as TRL's eval_* metrics.
+        eval_dataset=parts["heldout"] if config.eval_strategy != "no" else None,
         processing_class=parts["tokenizer"],
         callbacks=[update_guard, metrics, *(extra_callbacks or [])],
         peft_config=peft_config_of(config),
