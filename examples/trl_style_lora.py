@@ -32,7 +32,8 @@ from contrastive_rlvr.trainer.model_options import model_load_kwargs
 def states_the_unit(completions, unit, **kwargs) -> list[float]:
     """0.2 when the reply names the row's unit (the dataset's extra ``unit`` column, which
     TRL passes to every reward function as a keyword argument)."""
-    return [0.2 * float(u.lower() in c[-1]["content"].lower()) for c, u in zip(completions, unit)]
+    pairs = zip(completions, unit, strict=True)
+    return [0.2 * float(u.lower() in c[-1]["content"].lower()) for c, u in pairs]
 
 
 def main(argv: list[str] | None = None) -> None:
