@@ -127,8 +127,12 @@ def train(
         typer.echo(config_help())
         raise typer.Exit(0)
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
-    typer.echo(f"base configuration: {cfg.base_config}")
+    main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
+    if main:
+        typer.echo(f"base configuration: {cfg.base_config}")
     summary = _run(run_training, cfg)
+    if not main:
+        return
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
         f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "

@@ -83,6 +83,23 @@ def loss_metric_keys(cfg) -> dict[str, str]:  # noqa: ANN001
     return TRL_LOSS_METRIC_KEYS if uses_trl_loss(cfg) else PROJECT_LOSS_METRIC_KEYS
 
 
+class RunCounters(TrainerCallback):
+    """Puts running totals (``counters()``: skipped updates, rolled-back updates, ...) into
+    the trainer's metrics after each optimizer step, so they go through the trainer's own
+    log to every ``report_to`` integration, ``log_history`` and ``metrics.jsonl``, with
+    the values after that step's update (the trainer's own log of them is taken at loss
+    time, before it). ``metrics()`` returns the trainer's ``_metrics["train"]``."""
+
+    def __init__(self, counters: Callable[[], dict[str, float]], metrics: Callable[[], dict]):
+        self.counters, self.metrics = counters, metrics
+
+    def on_step_end(self, args, state, control, **kwargs):
+        metrics = self.metrics()
+        for key, value in self.counters().items():
+            metrics[key] = [float(value)]  # one value: GRPOTrainer.log's mean is itself
+        return control
+
+
 class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``,
     and one per held-out evaluation during training (TRL's ``eval_*`` keys, as TRL logs

@@ -15,12 +15,10 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
-from ..rewards.logging_callback import VerifierCountersCallback
-from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RichProgress
+from .callbacks import RichProgress
 from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
 from .config import RLVRConfig
-from .diagnostics import diagnostics_callback
-from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
+from .guards import AllUpdatesSkipped, guard_reward
 from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
@@ -323,10 +321,14 @@ def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
     return int(state["global_step"]) >= config.max_steps
 
 
-def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | None]:
+def plan_output_dir(
+    config: RLVRConfig, out: Path, *, may_write: bool = True
+) -> tuple[str | None, dict | None]:
     """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
     (``UserError``) a fresh run into a directory that holds another run, a resume with a
-    changed config, and a resume with no complete checkpoint. Nothing is loaded."""
+    changed config, and a resume with no complete checkpoint. Nothing is loaded.
+    ``may_write=False`` (processes other than the main one): the same answer, and the
+    main process alone removes a run that ``overwrite_output_dir`` replaces."""
     if not config.resume:
         found = holds_run(out)
         if found:
@@ -336,8 +338,9 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
                     "resume it with resume=true, choose another output_dir, or set "
                     "overwrite_output_dir=true to replace it"
                 )
-            logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
-            _clear_run(out)
+            if may_write:
+                logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
+                _clear_run(out)
         return None, None
     _check_config_unchanged(config, out)
     summary_file = out / SUMMARY_FILE
@@ -364,6 +367,27 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     return str(checkpoint), None
 
 
+def _distributed_state(config: RLVRConfig):  # noqa: ANN202
+    """accelerate's process state of the run, as TrainingArguments sets it up (the process
+    group of a torchrun launch is made here, as the Trainer would)."""
+    _ = config.device  # sets up config.distributed_state
+    if config.distributed_state is None:
+        from accelerate import PartialState
+
+        return PartialState(cpu=config.use_cpu)
+    return config.distributed_state
+
+
+def _on_main(state: Any, evaluate: Any, model: Any) -> float:
+    """The held-out evaluation once, on the main process; every process gets its value."""
+    value = evaluate(model) if state.is_main_process else None
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        value = broadcast_object_list([value])[0]
+    return value
+
+
 def train(
     config: RLVRConfig, *, extra_callbacks: list | None = None, progress: bool = True
 ) -> dict:
@@ -376,20 +400,26 @@ def train(
     out = Path(config.output_dir)
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
-    resume, finished = plan_output_dir(config, out)
+    # Under several processes (torchrun) every one plans from the folder as it was; only
+    # the main process writes it, after all have read it, and builds the embedded warm
+    # start while the others wait (they then load it).
+    state = _distributed_state(config)
+    main = state.is_main_process
+    resume, finished = plan_output_dir(config, out, may_write=main)
     if finished is not None:
         logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
         if "error" in finished:
             raise AllUpdatesSkipped(f"{out} finished already: {finished['error']}")
         return finished
-    out.mkdir(parents=True, exist_ok=True)
-    save_resolved_config(config, out / CONFIG_FILE)
+    state.wait_for_everyone()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        save_resolved_config(config, out / CONFIG_FILE)
     logger.info("base configuration: %s", config.base_config or "none (built in code)")
-    parts = load_run_inputs(config, out, checked)
+    with state.main_process_first():
+        parts = load_run_inputs(config, out, checked)
     started = time.perf_counter()
-    before = parts["evaluate"](parts["model"])
-    metrics = MetricsJsonl(out)
-    update_guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
+    before = _on_main(state, parts["evaluate"], parts["model"])
     trainer = RLVRTrainer(
         model=parts["model"],
         reward_funcs=parts["rewards"],
@@ -399,26 +429,10 @@ def train(
         # held-out rows, logged as TRL's eval_* metrics.
         eval_dataset=parts["heldout"] if config.eval_strategy != "no" else None,
         processing_class=parts["tokenizer"],
-        callbacks=[update_guard, metrics, *(extra_callbacks or [])],
+        callbacks=extra_callbacks,
         peft_config=peft_config_of(config),
-    )
-    update_guard.reduce = lambda flag: trainer.accelerator.reduce(
-        flag.to(trainer.accelerator.device), reduction="sum"
-    )
-    # The counters as they are after the step being logged (the trainer's own log of them
-    # is taken at loss time, before that step's optimizer update).
-    metrics.counters = lambda: {
-        "loss/skipped_updates_total": trainer.skipped_updates,
-        "loss/nonfinite_total": trainer.nonfinite_losses,
-        "guard/rolled_back_total": update_guard.rolled_back,
-    }
-    # The verifier's trouble counters (math_verify rewards) in every logged step.
-    trainer.add_callback(VerifierCountersCallback(trainer))
-    if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
-        trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
-    diagnostics = diagnostics_callback(trainer, out)
-    if diagnostics is not None:
-        trainer.add_callback(diagnostics)
+    )  # the project's callbacks (guards, metrics.jsonl, diagnostics) come with it
+    update_guard = trainer.update_guard
     # The rich bar replaces HF's tqdm bar and its printing of every log dict.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
@@ -436,7 +450,7 @@ def train(
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
     trainer.save_model(str(out))
-    after = parts["evaluate"](trainer.model)
+    after = _on_main(state, parts["evaluate"], trainer.model)
     summary = {
         "recipe": config.recipe,
         "bicc": config.bicc,
