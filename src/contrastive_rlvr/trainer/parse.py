@@ -146,7 +146,8 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     values = load_yaml(base)
     if config_file:
         _check_names_a_model(base, values, overrides)
-    parser = HfArgumentParser(RLVRConfig)
+    # No prefixes: --max_step must not silently mean --max_steps.
+    parser = HfArgumentParser(RLVRConfig, allow_abbrev=False)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
     config.base_config = str(base)
