@@ -110,3 +110,17 @@ def test_rcc_bound_is_validated():
     with pytest.raises(ValueError, match="rcc_bound='clip' is invalid: choose one of none"):
         RCCOptions(rcc_bound="clip").validate_rcc()
     assert RCCOptions().rcc_bound == "reward_range"
+
+
+def test_conspo_counts_the_usable_groups_of_the_whole_gathered_batch():
+    # Process 0 of 2 holds group 0; the gathered rewards hold 3 groups of 2: [1, 0] usable,
+    # [1, 1] not, [0, 1] usable -> 2, the loss's window-wide normaliser on every process.
+    batch = make_batch([[1]] * 2, [[5]] * 2, [1, 0, 1, 1, 0, 1])
+    ctx, _ = context(2, process_index=0, num_processes=3)
+    Advantages(get_recipe("conspo"), rcc=False, rcc_coef=2.0, eps=1e-6)(batch, ctx)
+    assert batch.data["conspo_groups"].item() == 2.0
+    # With RCC's b* = 0.7 on group 0 and 1.0 (the top of the range) on group 2, only group 0
+    # keeps a positive above its cut: 1 usable group.
+    batch.shared["delta"] = torch.tensor([0.4, 0.0, 0.0, 0.0, -9.0, 9.0])
+    Advantages(get_recipe("conspo"), rcc=True, rcc_coef=2.0, eps=1e-6)(batch, ctx)
+    assert batch.data["conspo_groups"].item() == 1.0

@@ -45,8 +45,9 @@ class ConditionedPrompts:
             that need it).
         threshold: reward above which a completion is correct.
         strip_token_ids: tokens dropped from the quoted completions (EOS, padding).
-        keep_plain: ``mix < 1``: the plain-prompt share of the loss needs the plain
-            old / reference log-probs.
+        keep_plain: keep the plain old / reference log-probs (``mix < 1``: the plain
+            share's ratio and KL; RCC's sampling reference: the plain-prompt delta). They
+            are kept only where TRL computed them (off policy); absent means on policy.
         reference_kl: the consistent mode with beta > 0 needs the reference on the
             conditioned prompt.
     """

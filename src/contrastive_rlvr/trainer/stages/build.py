@@ -142,7 +142,8 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             )
         stages.append(passes["train"])
     # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
-    if (recipe.objective == "policy" and not keeps_trl_advantages(cfg)) or rcc_reference:
+    # ConSPO always: the stage counts its usable groups (the loss's normaliser).
+    if recipe.objective == "contrastive" or not keeps_trl_advantages(cfg) or rcc_reference:
         stages.append(
             Advantages(
                 recipe,
@@ -150,6 +151,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
                 rcc_coef=cfg.rcc_coef,
                 rcc_bound=cfg.rcc_bound,
                 eps=cfg.adv_eps,
+                threshold=cfg.reward_threshold,
             )
         )
     if cfg.verigate:
@@ -230,7 +232,8 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: A
         placement=cfg.bicc_placement,
         threshold=cfg.reward_threshold,
         strip_token_ids=strip,
-        keep_plain=cfg.bicc_mix < 1.0,
+        # The plain pi_old: the mix's plain share, and RCC's sampling delta (the plain shift).
+        keep_plain=cfg.bicc_mix < 1.0 or (cfg.rcc and cfg.rcc_reference == "sampling"),
         reference_kl=cfg.bicc_ratio_mode == "consistent" and cfg.beta > 0,
         render_chat=facts.render_chat
         or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
