@@ -124,3 +124,16 @@ def test_conspo_counts_the_usable_groups_of_the_whole_gathered_batch():
     batch.shared["delta"] = torch.tensor([0.4, 0.0, 0.0, 0.0, -9.0, 9.0])
     Advantages(get_recipe("conspo"), rcc=True, rcc_coef=2.0, eps=1e-6)(batch, ctx)
     assert batch.data["conspo_groups"].item() == 1.0
+
+
+def test_the_default_eps_is_trls(tmp_path):
+    from contrastive_rlvr.trainer import RLVRConfig
+
+    cfg = RLVRConfig(output_dir=str(tmp_path), report_to="none")
+    assert cfg.adv_eps == 1e-4  # GRPOTrainer: (R - mean) / (std + 1e-4)
+    batch = make_batch([[1]] * 2, [[5]] * 2, [1.0, 0.75])
+    ctx, _ = context(2)
+    Advantages(get_recipe("grpo"), rcc=False, rcc_coef=2.0, eps=cfg.adv_eps)(batch, ctx)
+    # mean 0.875, Bessel std = 0.125 * sqrt(2) = 0.176777: A = 0.125 / (0.176777 + 1e-4)
+    # = 0.706707 (with 1e-6: 0.707103).
+    assert batch.data["advantages"].tolist() == pytest.approx([0.706707, -0.706707], abs=2e-6)

@@ -233,3 +233,30 @@ def test_config_to_stage_on_smollm2s_chat_template(tmp_path):
         "Correct attempts at this problem:\nAttempt 1: 2+3=5. \\boxed{5}\nYour attempt:\n"
         "<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+@pytest.mark.parametrize(("kl_reference", "expected"), [("conditioned", -3.24), ("plain", -8.0)])
+def test_paper_mode_kl_reference_is_an_option(tmp_path, kl_reference, expected):
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.stages.build import _conditioned_prompts, RunFacts
+
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", bicc=True, beta=0.04,
+        bicc_ratio_mode="paper", bicc_kl_reference=kl_reference,
+    )  # fmt: skip
+    assert RLVRConfig(output_dir=str(tmp_path), report_to="none").bicc_kl_reference == (
+        "conditioned"
+    )
+    from stage_utils import CharTokenizer
+
+    built = _conditioned_prompts(cfg, RunFacts(CharTokenizer(), 2, has_reference=True))
+    assert built.reference_kl == (kl_reference == "conditioned")
+    ref = torch.tensor([[-8.0], [-8.0]])
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20]], [1, 0], ref_per_token_logps=ref)
+    batch.shared["old_logps"] = torch.zeros(2, 1)
+    ctx, _ = context(2, reference_logps=marker_logps)
+    stage(reference_kl=built.reference_kl)(batch, ctx)
+    # Paper mode: pi_old stays the plain prompt's; the KL reference follows the option
+    # (conditioned prompt of row 0: [1, 2, 91, 80, 20, 70, 60], sum 324 -> -3.24).
+    assert batch.data["old_per_token_logps"] is batch.shared["old_logps"]
+    assert batch.data["ref_per_token_logps"][0, 0].item() == pytest.approx(expected)

@@ -47,6 +47,16 @@ class BiCCOptions:
             + "), chosen from the step-1 clip fractions and results in docs/bicc.md."
         },
     )
+    bicc_kl_reference: Literal["conditioned", "plain"] = field(
+        default="conditioned",
+        metadata={
+            "help": "BiCC with beta > 0: the reference of the conditioned share's KL term. "
+            "'conditioned': pi_ref(o|[q;O_opp]), so the KL measures only how far the policy "
+            "moved (0 at step 1, as plain GRPO's); 'plain': pi_ref(o|q), which adds the "
+            "context's own shift (nonzero at step 1). The plain share (bicc_mix < 1) always "
+            "uses the plain reference (docs/bicc.md)."
+        },
+    )
     share_prefix: bool = field(
         default=True,
         metadata={
@@ -130,6 +140,12 @@ class BiCCOptions:
             self.bicc_ratio_mode,
             f"choose one of {', '.join(BICC_RATIO_MODES)}, or leave it unset for the "
             "recipe's default",
+        )
+        check(
+            self.bicc_kl_reference in ("conditioned", "plain"),
+            "bicc_kl_reference",
+            self.bicc_kl_reference,
+            "choose 'conditioned' or 'plain'",
         )
         check(0.0 <= self.bicc_mix <= 1.0, "bicc_mix", self.bicc_mix, "must be in [0, 1]")
         check(

@@ -25,7 +25,7 @@ RenderChat = Callable[[list[dict]], Sequence[int]]
 
 class ConditionedPrompts:
     """Writes ``bicc_prompt_ids`` / ``bicc_prompt_mask`` (B, P'), left-padded, and sets
-    ``old_per_token_logps`` (and, in the consistent mode with KL, ``ref_per_token_logps``)
+    ``old_per_token_logps`` (and, with the conditioned KL reference, ``ref_per_token_logps``)
     for the loss's ratio; with ``mix < 1`` keeps the plain ones as ``plain_*``.
 
     Args:
@@ -48,8 +48,8 @@ class ConditionedPrompts:
         keep_plain: keep the plain old / reference log-probs (``mix < 1``: the plain
             share's ratio and KL; RCC's sampling reference: the plain-prompt delta). They
             are kept only where TRL computed them (off policy); absent means on policy.
-        reference_kl: the consistent mode with beta > 0 needs the reference on the
-            conditioned prompt.
+        reference_kl: ``bicc_kl_reference='conditioned'`` with beta > 0: the KL term's
+            reference on the conditioned prompt, pi_ref(o | [q; O_opp]).
     """
 
     name = "conditioned_prompts"
@@ -201,5 +201,5 @@ class ConditionedPrompts:
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
             # old unset and the loss uses the detached current log-probs: the same thing.
             out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
-        if self.ratio_mode == "consistent" and self.reference_kl:
+        if self.reference_kl:  # bicc_kl_reference='conditioned' with beta > 0
             out["ref_per_token_logps"] = ctx.reference_logps(*conditioned, share_prefix=True)
