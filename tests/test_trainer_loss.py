@@ -222,9 +222,7 @@ def _conspo_window_grad(splits, *, num_processes: int = 1):
     theta = torch.tensor([[-0.5], [-2.0], [-1.0], [-3.0]], requires_grad=True)
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     accum = len(splits) // num_processes
-    ctx = LossContext(
-        None, 2, accum=accum, steps_per_generation=accum, num_processes=num_processes
-    )
+    ctx = LossContext(None, 2, accum=accum, steps_per_generation=accum, num_processes=num_processes)
     grads = []
     for rows in splits:
         inputs = {
@@ -326,7 +324,9 @@ UNCORRECTED = [0.75, -0.25, -0.25, -0.25]  # delta = 0: b* = mean R = 0.25, A = 
 CORRECTED = [1.375, 0.375, 0.375, 0.375]
 
 
-def _bicc_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001, E501
+def _bicc_logps(
+    model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False
+):  # noqa: ANN001, E501
     return (CONDITIONED if share_prefix else PLAIN).clone().requires_grad_()
 
 

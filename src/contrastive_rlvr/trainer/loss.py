@@ -389,7 +389,7 @@ class Loss:
         policy; on policy pi_theta is pi_old, so delta is 0 without a forward. None: not
         RCC's sampling reference (the frozen one's delta is the stages')."""
         rcc = getattr(self.objective, "rcc", None)
-        if not self.logps.conditioned or rcc is None or rcc.reference != "sampling":
+        if "bicc_prompt_ids" not in inputs or rcc is None or rcc.reference != "sampling":
             return None
         old = inputs.get("plain_old_per_token_logps")
         if old is None and plain_logp is None:
@@ -418,7 +418,10 @@ class Loss:
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
         logp, objective_inputs = self.policy_pass(self.logps, model, inputs, ctx)
-        extra = {} if (delta := self.rcc_delta(model, inputs, ctx)) is None else {"delta": delta}
+        # BiCC's conditioned_old mode: the loss forward is the plain prompt's already.
+        plain = None if self.logps.conditioned else logp
+        delta = self.rcc_delta(model, inputs, ctx, plain)
+        extra = {} if delta is None else {"delta": delta}
         return self.objective(logp, objective_inputs, ctx, **extra)
 
 
@@ -508,9 +511,11 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
             reference="sampling" if cfg.rcc_reference == "sampling" else "frozen",
             threshold=cfg.reward_threshold,
         )
+    # BiCC's conditioned_old ratio mode: the policy reads the plain prompt.
+    conditioned = cfg.bicc and cfg.bicc_ratio_mode != "conditioned_old"
     if uses_trl_loss(cfg):
         name = recipe.loss or cfg.recipe
-        return TRLLoss(name, conditioned=cfg.bicc, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
+        return TRLLoss(name, conditioned=conditioned, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
     if recipe.objective == "contrastive":
         objective = ContrastiveObjective(
             tau=cfg.conspo_tau,
@@ -524,7 +529,7 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
     entropy = cfg.reco and cfg.reco_factor == "entropy"
     if cfg.bicc and cfg.bicc_mix < 1.0:
         return MixedLoss(objective, cfg.bicc_mix, entropy=entropy)
-    return Loss(PolicyLogps(conditioned=cfg.bicc), objective, entropy=entropy)
+    return Loss(PolicyLogps(conditioned=conditioned), objective, entropy=entropy)
 
 
 def _vocab_size(model: Any) -> int | None:

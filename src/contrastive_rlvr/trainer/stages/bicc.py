@@ -12,12 +12,16 @@ from collections.abc import Callable, Collection, Sequence
 from trl.data_utils import is_conversational
 
 from ...algorithms import build_bicc_prompts, context_budget
-from ...algorithms.bicc import resolve_placement
+from ...algorithms.bicc import context_room, resolve_placement
 from ...algorithms.ops import group_view
 from ..batching import unpad
 from .base import Batch, StageContext
 
 logger = logging.getLogger(__name__)
+
+#: A run warns (once) when its contexts keep less than this share of the opposite
+#: attempts' tokens: below half, most attempts have lost their reasoning or their answer.
+CUT_WARNING_SHARE = 0.5
 
 # Chat messages -> token ids of the rendered conversation with the generation header.
 RenderChat = Callable[[list[dict]], Sequence[int]]
@@ -31,7 +35,12 @@ class ConditionedPrompts:
     Args:
         template: the framing text, encoded (:meth:`BiCCTemplate.encode`).
         ratio_mode: ``"paper"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | q);
-            ``"consistent"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]).
+            ``"consistent"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]);
+            ``"conditioned_old"`` (what the authors' code intends): rho = pi_theta(o | q) /
+            pi_old(o | [q; O_opp]).
+        framing: ``"outside"``: the budget pays for the attempts' tokens, the framing
+            text is added on top; ``"inside"``: the budget pays for both.
+        pairing: ``"partition"`` (every opposite completion) or ``"one_opposite"``.
         context_ratio, max_seq_len, max_completion_length: the opposite completions'
             budget is ``floor(context_ratio * L)`` tokens, ``L = max_seq_len`` when set,
             else the run's own length (the batch's longest prompt +
@@ -78,6 +87,8 @@ class ConditionedPrompts:
         keep_plain: bool,
         reference_kl: bool,
         render_chat: RenderChat | None = None,
+        framing: str = "outside",
+        pairing: str = "partition",
     ) -> None:
         self.template, self.ratio_mode = template, ratio_mode
         self.context_ratio, self.max_seq_len = context_ratio, max_seq_len
@@ -86,25 +97,35 @@ class ConditionedPrompts:
         self.strip_token_ids = set(strip_token_ids)
         self.keep_plain, self.reference_kl = keep_plain, reference_kl
         self.render_chat = render_chat
-        self._warned_empty = False
+        self.framing, self.pairing = framing, pairing
+        self._warned_empty = self._warned_cut = False
         if ratio_mode == "paper":
             self.reads = (*self.reads, "shared.old_logps")
 
     def budget(self, longest_prompt: int, max_positions: int | None) -> int:
-        """Tokens the context may add to a prompt (see the class docstring)."""
+        """The context budget in tokens (see the class docstring): the attempts' share
+        with ``framing="outside"`` (the model's positions then cap the whole context
+        through :meth:`room`), the framing and attempts together with ``"inside"``."""
         return context_budget(
             self.context_ratio,
             longest_prompt=longest_prompt,
             max_completion_length=self.max_completion_length,
             max_seq_len=self.max_seq_len,
-            max_positions=max_positions,
+            max_positions=max_positions if self.framing == "inside" else None,
         )
+
+    def room(self, longest_prompt: int, max_positions: int | None) -> int | None:
+        """What the model's positions leave for the whole context (``framing="outside"``)."""
+        if self.framing == "inside" or max_positions is None:
+            return None
+        return context_room(longest_prompt, self.max_completion_length, max_positions)
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         out = batch.data
         prompt_lists = ctx.gather_object(unpad(out["prompt_ids"], out["prompt_mask"]))
         completion_lists = ctx.gather_object(unpad(out["completion_ids"], out["completion_mask"]))
-        budget = self.budget(max(map(len, prompt_lists)), ctx.max_positions)
+        longest = max(map(len, prompt_lists))
+        budget = self.budget(longest, ctx.max_positions)
         built = build_bicc_prompts(
             prompt_lists,
             completion_lists,
@@ -118,9 +139,13 @@ class ConditionedPrompts:
             truncation=self.truncation,
             placement=self.placement,
             strip_token_ids=self.strip_token_ids,
+            framing=self.framing,
+            room=self.room(longest, ctx.max_positions),
+            pairing=self.pairing,
             **self._chat_inputs(batch, ctx, prompt_lists),
         )
         self._warn_if_nothing_fits(batch, ctx, built.conditioned, budget)
+        self._log_attempts(built, ctx, budget)
         device = out["prompt_ids"].device
         rows = ctx.rows(out["completion_ids"].size(0))
         ids, attn = built.input_ids[rows], built.attention_mask[rows]
@@ -168,6 +193,30 @@ class ConditionedPrompts:
             render=self.render_chat,
         )
 
+    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:  # noqa: ANN001
+        """Whole and cut attempts per conditioned row, and the share of the attempts' tokens
+        kept; warns once when that share is below :data:`CUT_WARNING_SHARE`."""
+        rows = built.conditioned
+        if not rows.any():
+            return
+        whole, cut = built.whole_attempts[rows].float(), built.cut_attempts[rows].float()
+        kept = built.kept_attempt_tokens[rows].sum() / built.attempt_tokens[rows].sum().clamp(min=1)
+        ctx.log("bicc/whole_attempts", whole.mean())
+        ctx.log("bicc/cut_attempts", cut.mean())
+        ctx.log("bicc/attempt_tokens_kept", kept)
+        if not self._warned_cut and float(kept) < CUT_WARNING_SHARE:
+            logger.warning(
+                "BiCC: the context keeps %.0f%% of the opposite attempts' tokens (%.1f whole, "
+                "%.1f cut or left out per conditioned row; budget %d tokens, framing %s it): "
+                "the model reads fragments; raise bicc_context_ratio or bicc_max_seq_len",
+                100 * float(kept),
+                float(whole.mean()),
+                float(cut.mean()),
+                budget,
+                "outside" if self.framing == "outside" else "inside",
+            )
+            self._warned_cut = True
+
     def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):  # noqa: ANN001
         """Mixed groups but no conditioned row: the budget cannot hold even the framing."""
         if self._warned_empty or conditioned.any():
@@ -197,6 +246,10 @@ class ConditionedPrompts:
         if self.ratio_mode == "paper":
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)
             out["old_per_token_logps"] = batch.shared["old_logps"]
+        elif self.ratio_mode == "conditioned_old":
+            # rho = pi_theta(o | q) / pi_old(o | [q; O_opp]): the policy reads the plain
+            # prompt (the loss's forward), the conditioned log-probs are pi_old only.
+            out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
         elif out.get("old_per_token_logps") is not None:
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
             # old unset and the loss uses the detached current log-probs: the same thing.

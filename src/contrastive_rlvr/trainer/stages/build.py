@@ -234,7 +234,12 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: A
         strip_token_ids=strip,
         # The plain pi_old: the mix's plain share, and RCC's sampling delta (the plain shift).
         keep_plain=cfg.bicc_mix < 1.0 or (cfg.rcc and cfg.rcc_reference == "sampling"),
-        reference_kl=cfg.bicc_kl_reference == "conditioned" and cfg.beta > 0,
+        # conditioned_old: the policy reads the plain prompt, so does its KL term.
+        reference_kl=cfg.bicc_kl_reference == "conditioned"
+        and cfg.beta > 0
+        and cfg.bicc_ratio_mode != "conditioned_old",
+        framing=cfg.bicc_framing_budget,
+        pairing=cfg.bicc_pairing,
         render_chat=facts.render_chat
         or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
     )
