@@ -92,10 +92,10 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
                 # Read only by a reading warm start (a share of it > 0).
-                context_budget=(
+                **(
                     embedded_sft_context_budget(config)
                     if config.embedded_sft_context_frac > 0
-                    else None
+                    else {"context_budget": None}
                 ),
                 context_truncation=config.bicc_truncation,
                 context_placement=embedded_sft_context_placement(config),
@@ -145,26 +145,32 @@ def embedded_sft_context_placement(config: RLVRConfig) -> str:
     return resolve_placement(config.bicc_placement, False)
 
 
-def embedded_sft_context_budget(config: RLVRConfig) -> int:
+def embedded_sft_context_budget(config: RLVRConfig) -> dict:
     """The BiCC context budget a run of ``config`` on the embedded model gives, so that the
     reading warm start's contexts are cut as RL will cut them: ``context_budget`` with the
     task's longest prompt (every prompt of one length has the same characters count) and
-    the embedded model's positions."""
+    the embedded model's positions; with ``bicc_framing_budget='outside'`` the positions
+    cap the whole context (``context_room``). WarmStartConfig's ``context_*`` fields."""
     from ..algorithms import context_budget
+    from ..algorithms.bicc import context_room
     from ..embedded import TaskConfig, bicc_phrases, build_char_tokenizer, make_datasets
     from ..embedded.model import DEFAULT_MAX_POSITIONS
 
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
+    inside = config.bicc_framing_budget == "inside"
     budget = context_budget(
         config.bicc_context_ratio,
         longest_prompt=longest,
         max_completion_length=config.max_completion_length,
         max_seq_len=config.bicc_max_seq_len,
-        max_positions=DEFAULT_MAX_POSITIONS,
+        max_positions=DEFAULT_MAX_POSITIONS if inside else None,
     )
-    if budget < 1:
+    room = None
+    if not inside:
+        room = context_room(longest, config.max_completion_length, DEFAULT_MAX_POSITIONS)
+    if budget < 1 or (room is not None and room < 1):
         raise UserError(
             f"embedded_sft_context_frac={config.embedded_sft_context_frac} needs room for "
             f"BiCC's context, but the longest prompt ({longest} tokens) plus "
@@ -173,7 +179,8 @@ def embedded_sft_context_budget(config: RLVRConfig) -> int:
             f"{DEFAULT_MAX_POSITIONS}) at bicc_context_ratio={config.bicc_context_ratio}: "
             "lower max_completion_length or raise bicc_max_seq_len"
         )
-    return budget
+    framing = config.bicc_framing_budget
+    return {"context_budget": budget, "context_framing": framing, "context_room": room}
 
 
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
