@@ -495,3 +495,59 @@ def test_disk_full_during_a_save_is_said(tmp_path):
     assert done.returncode == 1, done.stderr[-3000:]
     assert "error: disk full" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o" / "sft-model").exists()  # nothing half-written left in place
+
+
+# ---------------------------------------------------------------------- eval into one folder
+
+
+def _eval_config(model: Path, out: Path, limit: int) -> EvalConfig:
+    from contrastive_rlvr.evaluation import benchmarks_dir
+
+    data_dir = benchmarks_dir()
+    if data_dir is None:
+        pytest.skip("../shared/benchmarks not found")
+    return EvalConfig(model=str(model), benchmarks=["gsm8k"], n=1, limit=limit,
+                      max_new_tokens=4, batch_size=2, output_dir=str(out),
+                      benchmarks_dir=str(data_dir), reward_workers=1, progress=False)  # fmt: skip
+
+
+@pytest.fixture
+def batch_dependent_generation(monkeypatch):
+    """HF draws a whole batch from one seed: a sample depends on its batch. This stand-in
+    makes that visible: each completion names the size of the batch it was drawn in."""
+    from contrastive_rlvr.evaluation.generate import HFGenerator
+
+    def generate(self, prompts, seed):
+        return [f"batch of {len(prompts)}, seed {seed}" for _ in prompts]
+
+    monkeypatch.setattr(HFGenerator, "generate", generate)
+
+
+def _samples(out: Path) -> list[str]:
+    rows = (out / "samples" / "gsm8k.jsonl").read_text().splitlines()
+    return [json.loads(r)["completion"] for r in rows]
+
+
+def test_eval_limit_raised_in_one_folder_equals_a_fresh_eval(
+    custom, tmp_path, batch_dependent_generation
+):
+    from contrastive_rlvr.evaluation import evaluate
+
+    evaluate(_eval_config(custom["model"], tmp_path / "one", 3))  # batches [0, 1], [2]
+    evaluate(_eval_config(custom["model"], tmp_path / "one", 4))  # batches [0, 1], [2, 3]
+    evaluate(_eval_config(custom["model"], tmp_path / "fresh", 4))
+    assert _samples(tmp_path / "one") == _samples(tmp_path / "fresh")
+    assert _samples(tmp_path / "one")[2] == "batch of 2, seed 0"  # not the cached batch of 1
+
+
+def test_eval_of_another_model_into_the_same_folder_refused(
+    custom, tmp_path, batch_dependent_generation
+):
+    from contrastive_rlvr.evaluation import evaluate
+
+    other = shutil.copytree(custom["model"], tmp_path / "other-model")
+    evaluate(_eval_config(custom["model"], tmp_path / "e", 2))
+    before = (tmp_path / "e" / "results.json").read_text()
+    with pytest.raises(ValueError, match="holds the evaluation of model="):
+        evaluate(_eval_config(other, tmp_path / "e", 2))
+    assert (tmp_path / "e" / "results.json").read_text() == before
