@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -377,7 +378,8 @@ def _one_line(result, code: int, message: str) -> None:
     ("text", "message"),
     [
         ("max_steps: 2\n  bad: [\n", "is not valid YAML"),
-        ("max_steps: 2\nlearning_rate: [1, 2]\n", "learning_rate=[1, 2] is a list, not a float"),
+        # a TypeError traceback from the range check before
+        ("max_steps: 2\nbeta: [0.1]\n", "beta=[0.1] is a list, not a float or null"),
         ("max_steps: 2\nmax_steps: 3\n", "'max_steps' is given twice (lines 1 and 2)"),
     ],
 )
@@ -551,3 +553,54 @@ def test_eval_of_another_model_into_the_same_folder_refused(
     with pytest.raises(ValueError, match="holds the evaluation of model="):
         evaluate(_eval_config(other, tmp_path / "e", 2))
     assert (tmp_path / "e" / "results.json").read_text() == before
+
+
+# ---------------------------------------------------------------------- compare and SIGTERM
+
+SIGTERM_ARGS = [
+    "--recipes", "grpo", "--arms", "plain,rcc", "--seeds", "0", "--max_steps", "40",
+    "--embedded_sft_steps", "20", "--eval_n", "1", "--eval_limit", "2", "--save_steps", "2",
+    "--diagnostics_every", "0", "--deltas_every", "0", "--jobs", "2",
+]  # fmt: skip
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its (gone) parent counts as ended
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())
+
+
+@pytest.mark.slow
+def test_sigterm_to_compare_stops_its_children(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out)]
+    proc = subprocess.Popen([*cmd, *SIGTERM_ARGS], env=_subprocess_env(HF_HUB_OFFLINE="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    files = [out / "grpo" / arm / "seed0" / "metrics.jsonl" for arm in ("plain", "rcc")]
+    while not all(f.exists() and f.read_text().count("\n") >= 2 for f in files):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        time.sleep(0.5)
+    children = [
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+        and _parent(int(p.name)) == proc.pid
+    ]  # fmt: skip
+    assert len(children) == 2
+    proc.send_signal(signal.SIGTERM)  # what `kill` and job schedulers send
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert not any(_alive(pid) for pid in children)  # none left running, reparented
+    report = json.loads((out / "results.json").read_text())
+    assert sorted(i["arm"] for i in report["interrupted"]) == ["plain", "rcc"]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
