@@ -604,3 +604,16 @@ def _parent(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_a_run_whose_rewards_are_all_none_fails_with_one_line(custom, tmp_path):
+    # It crashed in the progress bar (None formatted as a number); a run that scored
+    # nothing must not end as a success either.
+    reward = tmp_path / "none.py"
+    reward.write_text(
+        "def nothing(prompts, completions, **kwargs):\n    return [None] * len(completions)\n"
+    )
+    args = _custom_args(custom, "--rewards", f"{reward}:nothing", "--max_steps", "2")
+    args += ["--eval_n", "1", "--eval_limit", "1", "--output_dir", str(tmp_path / "o")]
+    _one_line(_cli(args), 1, "no completion of the 2 steps was scored")
+    assert "error" in json.loads((tmp_path / "o" / "summary.json").read_text())
