@@ -138,11 +138,28 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
         raise ValueError("base_config is set by the parser; choose the base YAML with --config")
     base = Path(config_file) if config_file else base_config_for(model_in_args(overrides))
     values = load_yaml(base)
+    if config_file:
+        _check_names_a_model(base, values, overrides)
     parser = HfArgumentParser(RLVRConfig)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
     config.base_config = str(base)
     return config
+
+
+def _check_names_a_model(path: Path, values: dict, overrides: list[str]) -> None:
+    """A YAML of TRL's fields that names no model would silently train the embedded toy
+    model (the default of ``model``): refuse it, naming the fix."""
+    if "model" in values or "model_name_or_path" in values or model_in_args(overrides):
+        return
+    ours = {f.name for group in GROUPS for f in dataclasses.fields(group)}
+    trl_keys = sorted(set(values) - ours)
+    if trl_keys:
+        raise ValueError(
+            f"config file {path} sets TRL fields ({', '.join(trl_keys[:4])}) but names no model; "
+            "add model_name_or_path: <id or path> (or --model), or model: embedded for the "
+            "embedded default"
+        )
 
 
 def _argparse_metadata(metadata: typing.Mapping) -> dict:

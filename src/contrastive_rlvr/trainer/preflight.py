@@ -140,9 +140,24 @@ def check_output_dir(path: str | os.PathLike[str]) -> None:
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
 
 
+def load_dataset_of(config: Any) -> Any:
+    """The prompt dataset ``config`` names, read with its field mapping and split
+    (:func:`~contrastive_rlvr.data.load_prompts`)."""
+    from ..data import load_prompts
+
+    return load_prompts(
+        config.dataset,
+        prompt_field=config.prompt_field,
+        answer_field=config.answer_field,
+        answer_format=config.answer_format,
+        split=config.dataset_train_split,
+        hub_config=config.dataset_config,
+        skip_bad_rows=config.skip_bad_rows,
+    )
+
+
 def preflight(config: Any) -> PreflightResult:
     """Every check of a training run that needs no model; raises :class:`UserError`."""
-    from ..data import load_prompts
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
@@ -160,7 +175,7 @@ def preflight(config: Any) -> PreflightResult:
         raise UserError("rewards=[] is invalid: give at least one reward function")
     check_model_path(config.model)
     try:
-        prompts = load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
+        prompts = load_dataset_of(config)
     except ValueError as err:
         raise UserError(f"dataset={config.dataset!r}: {err}") from err
     except (OSError, UnicodeDecodeError) as err:

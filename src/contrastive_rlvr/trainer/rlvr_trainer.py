@@ -29,6 +29,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from .config import RLVRConfig
 from .epoch_sampler import EpochAlignedResume
 from .guards import SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
+from .model_card import complete_model_card, methods_on
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .sharing import PromptSharing
@@ -104,6 +106,24 @@ class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         self.add_callback(SkipNonFiniteUpdates(self))
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+    ) -> None:
+        """TRL's card, naming the base model (TRL writes ``None`` for a local folder), the
+        recipe and the methods on; ``push_to_hub`` writes it through here too."""
+        config: RLVRConfig = self.args
+        extra = ["contrastive-rlvr", config.recipe, *methods_on(config)]
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        super().create_model_card(model_name, dataset_name or config.dataset, tags + extra)
+        if not self.is_world_process_zero():
+            return
+        base = config.model_name_or_path or (config.model if config.model != "embedded" else None)
+        base = base or get_config_model_id(self.accelerator.unwrap_model(self.model).config)
+        complete_model_card(Path(self.args.output_dir) / "README.md", config, str(base))
 
     # ------------------------------------------------------------------ shared plumbing
 

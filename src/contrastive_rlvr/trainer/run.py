@@ -29,6 +29,7 @@ from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, NoTrainingSteps, guard_reward
+from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
 
@@ -115,7 +116,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
-    model = AutoModelForCausalLM.from_pretrained(sft_dir)
+    model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
     train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
@@ -215,16 +216,21 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
 
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
     """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
-    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training."""
-    from ..algorithms import avg_at_n
-    from ..data import load_prompts
-    from ..evaluation.generate import DEFAULT_INSTRUCTION, HFGenerator, build_prompt
+    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training.
+
+    The prompts go to TRL as TRL takes them (a string, or a list of messages whose chat
+    template TRL applies once); every column of the dataset stays, so the reward functions
+    and stages get each one, in training (TRL passes them as keyword arguments) and in the
+    held-out evaluation (passed the same way here)."""
+    from ..data import is_conversational_prompt, resolve_instruction, with_instruction
     from ..models import load_model_and_tokenizer
+    from .model_options import model_load_kwargs
+    from .preflight import load_dataset_of
 
     checked = checked if checked is not None else preflight(config)
-    model, tokenizer = load_model_and_tokenizer(config.model)
+    model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
     model.train()
-    loaded = checked.prompts or load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
+    loaded = checked.prompts or load_dataset_of(config)
     if loaded.skipped:
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
     data = loaded.dataset.shuffle(seed=config.seed)
@@ -233,19 +239,50 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
             f"({len(data)} rows)"
         )
-    chat = config.chat_template and getattr(tokenizer, "chat_template", None) is not None
-
-    def as_prompt(problem: str):
-        content = f"{problem}\n{DEFAULT_INSTRUCTION}"
-        return [{"role": "user", "content": content}] if chat else f"{content}\n"
-
-    data = data.map(lambda row: {"prompt": as_prompt(row["prompt"])})
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    conversational = is_conversational_prompt(data[0]["prompt"])
+    if conversational and not (has_template and config.chat_template):
+        why = "chat_template=false" if has_template else "the tokenizer has no chat template"
+        raise UserError(
+            f"dataset={config.dataset!r} holds conversational prompts (message lists) but "
+            f"{why}; give a tokenizer with a chat template, or string prompts"
+        )
+    chat = config.chat_template and has_template
+    instruction = resolve_instruction(config.instruction, conversational)
+    data = data.map(lambda row: {"prompt": with_instruction(row["prompt"], instruction, chat=chat)})
     heldout = data.select(range(config.heldout_size))
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
     check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
+    evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
+    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+
+
+def _heldout_evaluator(
+    config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool
+):
+    """avg@n of the first reward on ``heldout``: each prompt rendered as TRL renders it (its
+    chat template once, with ``chat_template_kwargs``), and the reward called as TRL calls it
+    (the raw prompt, the completion as a message list for a conversation, every other column
+    as a keyword argument)."""
+    from ..algorithms import avg_at_n
+    from ..evaluation.generate import HFGenerator
+
+    template_kwargs = config.chat_template_kwargs or {}
+    if isinstance(template_kwargs, str):
+        template_kwargs = json.loads(template_kwargs)
+    prompts = list(heldout["prompt"])
+    texts = [
+        tokenizer.apply_chat_template(
+            p, tokenize=False, add_generation_prompt=True, **template_kwargs
+        )
+        if isinstance(p, list)
+        else p
+        for p in prompts
+    ]
+    columns = [c for c in heldout.column_names if c != "prompt"]
 
     def evaluate(m) -> float:
         gen = HFGenerator(
@@ -257,22 +294,20 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             batch_size=config.per_device_train_batch_size,
             chat=chat,
         )
-        texts = [
-            build_prompt(tokenizer, p[0]["content"] if chat else p.rstrip("\n"), "", chat)
-            for p in heldout["prompt"]
-        ]
         samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
         correct = []
-        for i, answer in enumerate(heldout["answer"]):
-            completions = [samples[k][i] for k in range(config.eval_n)]
-            scores = rewards[0](
-                [texts[i]] * config.eval_n, completions, answer=[answer] * config.eval_n
-            )
+        n = config.eval_n
+        for i, row in enumerate(heldout):
+            completions = [samples[k][i] for k in range(n)]
+            if isinstance(prompts[i], list):
+                completions = [[{"role": "assistant", "content": c}] for c in completions]
+            extra = {c: [row[c]] * n for c in columns}
+            scores = reward([prompts[i]] * n, completions, **extra)
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
         return avg_at_n(correct)
 
-    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+    return evaluate
 
 
 #: Prompts whose length is checked against the model's positions (the first of the
@@ -534,6 +569,7 @@ def _train_locked(
         train_dataset=parts["train"],
         processing_class=parts["tokenizer"],
         callbacks=[update_guard, metrics, *(extra_callbacks or [])],
+        peft_config=peft_config_of(config),
     )
     update_guard.reduce = lambda flag: trainer.accelerator.reduce(
         flag.to(trainer.accelerator.device), reduction="sum"
@@ -566,6 +602,10 @@ def _train_locked(
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
         trainer.train(resume_from_checkpoint=resume)
+    # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
+    # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
+    trainer.create_model_card()
+    trainer.save_model(str(out))
     after = parts["evaluate"](trainer.model)
     summary = {
         "recipe": config.recipe,
