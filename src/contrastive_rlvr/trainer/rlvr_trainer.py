@@ -20,9 +20,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
   run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
-- ``_get_train_sampler``: TRL's sampler, whose ``set_epoch`` catches its generator up
-  to the epoch, so that a run resumed past its first epoch draws the prompt order an
-  uninterrupted one does (:mod:`.epoch_sampler`).
+- ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -41,7 +39,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
-from .epoch_sampler import EpochAlignedSampler
+from .epoch_sampler import EpochAlignedResume
 from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .model_card import complete_model_card, methods_on
@@ -52,7 +50,7 @@ from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, nee
 from .trl_settings import effective_recipe
 
 
-class RLVRTrainer(GRPOTrainer):
+class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
     """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
 
     Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
@@ -256,10 +254,6 @@ class RLVRTrainer(GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ TRL hook: rewards
-
-    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
-        sampler = super()._get_train_sampler(dataset)
-        return EpochAlignedSampler.from_sampler(sampler)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe,

@@ -505,6 +505,17 @@ def plan_output_dir(
     return str(checkpoint), None
 
 
+def _any_step_scored(metrics_file: Path, first: int) -> bool:
+    """Whether a step after ``first`` logged a numeric reward (TRL logs None for a step
+    whose every reward was None, and metrics.jsonl keeps numbers only). True when there
+    is no file to tell (another process writes it, or logging is off)."""
+    if not metrics_file.exists():
+        return True
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("step", 0) > first]
+    return not rows or any(isinstance(r.get("reward"), int | float) for r in rows)
+
+
 def _extends(config: RLVRConfig, summary: dict) -> bool:
     """Whether ``config`` asks for more steps than the finished run ``summary`` made."""
     steps = summary.get("steps")
@@ -655,6 +666,12 @@ def _train_locked(
             f"every one of the {steps_here} optimizer steps was skipped (non-finite loss or "
             f"gradient: {trainer.skipped_updates}) or rolled back (non-finite parameters: "
             f"{update_guard.rolled_back}): the run learned nothing"
+        )
+    elif steps_here > 0 and not _any_step_scored(out / "metrics.jsonl", first):
+        summary["error"] = (
+            f"no completion of the {steps_here} steps was scored: every reward function "
+            "returned None for every row, so every advantage was 0 and the run learned "
+            "nothing; fix the reward functions"
         )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
