@@ -20,6 +20,11 @@ reported:
   split attention (the model switched by ``enable_split_attention``);
 - ``bicc_packed_mask``: the same packed forward through plain SDPA with the dense 4-D mask;
 - ``plain_packed``: plain GRPO groups packed (one prompt per group), split attention;
+- ``bicc_packed_flex`` / ``bicc_packed_varlen``: the packed forward on the kernel forms of
+  ``trainer/packed_kernels.py``: flex_attention with the layout's block mask (compiled on
+  CUDA; CUDA only, as PyTorch 2.13 has no flex backward on CPU) and flash varlen
+  (``flash_attn_varlen_func`` where importable, else its pure-torch stand-in: the arm then
+  times the stand-in, said in the output);
 - ``nograd_policy`` / ``nograd_ref``: a no-grad forward of the plain batch through
   the policy / through a second copy of the model (RCC's pi_old(o|q) and
   pi_ref(o|q); the policy one is also BiCC paper mode's pi_old(o|q));
@@ -65,6 +70,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from contrastive_rlvr.algorithms.bicc import BiCCTemplate, build_bicc_prompts
+from contrastive_rlvr.trainer.packed_kernels import (
+    FLEX_ATTENTION,
+    VARLEN_ATTENTION,
+    enable_kernel_form,
+    flash_varlen_kernel,
+)
 from contrastive_rlvr.trainer.packed_prefix import (
     SPLIT_ATTENTION,
     build_packed_layout,
@@ -294,6 +305,33 @@ def dense_mask_logps(model, *tensors):
         config._attn_implementation = SPLIT_ATTENTION
 
 
+def kernel_form_logps(form: str) -> Callable:
+    """The packed forward on a kernel form (over SDPA for the calls without the layout),
+    the policy switched to it for the call only."""
+    name: str | None = None
+
+    def logps(model, *tensors):
+        nonlocal name
+        config = model.config
+        before = config._attn_implementation
+        config._attn_implementation = "sdpa"
+        try:
+            if name is None:
+                name = enable_kernel_form(model, form=form)
+            config._attn_implementation = name
+            return packed_prefix_logps(model, *tensors)
+        finally:
+            config._attn_implementation = before
+
+    return logps
+
+
+KERNEL_ARMS = {
+    "bicc_packed_flex": kernel_form_logps(FLEX_ATTENTION),
+    "bicc_packed_varlen": kernel_form_logps(VARLEN_ATTENTION),
+}
+
+
 def check_equal(policy, batch) -> None:
     """The packed log-probs (split and dense-mask attention) against the per-row ones on
     this batch, in this dtype and on this device: the largest difference on scored tokens."""
@@ -301,9 +339,12 @@ def check_equal(policy, batch) -> None:
     mask = batch["completion_mask"]
     with torch.no_grad():
         rows = per_row_logps(policy, *tensors, mask)
-        for name, forward in (("split", packed_prefix_logps), ("dense mask", dense_mask_logps)):
+        forms = [("split", packed_prefix_logps), ("dense mask", dense_mask_logps)]
+        forms += [(arm.removeprefix("bicc_packed_"), f) for arm, f in KERNEL_ARMS.items()]
+        for name, forward in forms:
             diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
             print(f"  packed ({name}) vs per-row log-probs: max |difference| {diff:.2e}")
+    print(f"  varlen kernel: {flash_varlen_kernel()[1]}")
 
 
 def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[str, Callable]:
@@ -345,11 +386,17 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         "bicc_cache": lambda: loss_phase(policy, batch, "bicc_prompt", shared_prefix_logps),
         "bicc_packed": lambda: loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps),
         "bicc_packed_mask": lambda: loss_phase(policy, batch, "bicc_prompt", dense_mask_logps),
+        **{
+            arm: (lambda f=f: loss_phase(policy, batch, "bicc_prompt", f))
+            for arm, f in KERNEL_ARMS.items()
+        },
         "nograd_policy": lambda: nograd(policy),
         "nograd_ref": lambda: nograd(reference),
         "optimizer": step_optimizer,
         "generate": generate,
     }
+    if not str(next(policy.parameters()).device).startswith("cuda"):
+        del arms["bicc_packed_flex"]  # no flex backward on CPU (PyTorch 2.13)
     if checkpointing:
         # Under checkpointing HF drops the key/value cache the two-pass form needs (the
         # trainer falls back to per-row there).
@@ -493,7 +540,14 @@ def report(results: dict, opts) -> dict:
         for arm in t:
             print(f"  {arm:17s} {t[arm]:9.3f} s  {m[arm]:9.1f} MiB")
         ratios: dict[str, float] = {}
-        for arm in ("plain_packed", "bicc_rows", "bicc_cache", "bicc_packed_mask", "bicc_packed"):
+        for arm in (
+            "plain_packed",
+            "bicc_rows",
+            "bicc_cache",
+            "bicc_packed_mask",
+            *KERNEL_ARMS,
+            "bicc_packed",
+        ):
             if arm in t:
                 ratios[f"loss {arm}/plain"] = t[arm] / t["plain"]
                 ratios[f"memory {arm}/plain"] = m[arm] / m["plain"] if m["plain"] > 0 else 0.0
