@@ -64,6 +64,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -305,31 +306,27 @@ def dense_mask_logps(model, *tensors):
         config._attn_implementation = SPLIT_ATTENTION
 
 
-def kernel_form_logps(form: str) -> Callable:
-    """The packed forward on a kernel form (over SDPA for the calls without the layout),
-    the policy switched to it for the call only."""
-    name: str | None = None
-
-    def logps(model, *tensors):
-        nonlocal name
-        config = model.config
-        before = config._attn_implementation
-        config._attn_implementation = "sdpa"
-        try:
-            if name is None:
-                name = enable_kernel_form(model, form=form)
-            config._attn_implementation = name
-            return packed_prefix_logps(model, *tensors)
-        finally:
-            config._attn_implementation = before
-
-    return logps
+_KERNEL_NAMES: dict[str, str] = {}
 
 
-KERNEL_ARMS = {
-    "bicc_packed_flex": kernel_form_logps(FLEX_ATTENTION),
-    "bicc_packed_varlen": kernel_form_logps(VARLEN_ATTENTION),
-}
+@contextmanager
+def kernel_form(model, form: str):
+    """The policy on a kernel form of the packed forward (over SDPA for the calls without
+    the layout) for the block: forward and backward, so that checkpointing's recomputation
+    runs the same attention."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = "sdpa"
+    try:
+        if form not in _KERNEL_NAMES:
+            _KERNEL_NAMES[form] = enable_kernel_form(model, form=form)
+        config._attn_implementation = _KERNEL_NAMES[form]
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+KERNEL_ARMS = {"bicc_packed_flex": FLEX_ATTENTION, "bicc_packed_varlen": VARLEN_ATTENTION}
 
 
 def check_equal(policy, batch) -> None:
@@ -339,11 +336,13 @@ def check_equal(policy, batch) -> None:
     mask = batch["completion_mask"]
     with torch.no_grad():
         rows = per_row_logps(policy, *tensors, mask)
-        forms = [("split", packed_prefix_logps), ("dense mask", dense_mask_logps)]
-        forms += [(arm.removeprefix("bicc_packed_"), f) for arm, f in KERNEL_ARMS.items()]
-        for name, forward in forms:
-            diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
-            print(f"  packed ({name}) vs per-row log-probs: max |difference| {diff:.2e}")
+        forms = [("split", None), ("dense mask", None)] + list(KERNEL_ARMS.items())
+        for name, form in forms:
+            forward = dense_mask_logps if name == "dense mask" else packed_prefix_logps
+            with kernel_form(policy, form) if form else nullcontext():
+                diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
+            label = name.removeprefix("bicc_packed_")
+            print(f"  packed ({label}) vs per-row log-probs: max |difference| {diff:.2e}")
     print(f"  varlen kernel: {flash_varlen_kernel()[1]}")
 
 
@@ -379,6 +378,13 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
             )
         policy.train()
 
+    def kernel_arm(form: str) -> Callable:
+        def run():
+            with kernel_form(policy, form):
+                return loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps)
+
+        return run
+
     arms = {
         "plain": lambda: loss_phase(policy, batch, "prompt", per_row_logps),
         "plain_packed": lambda: loss_phase(policy, batch, "prompt", packed_prefix_logps),
@@ -386,10 +392,7 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         "bicc_cache": lambda: loss_phase(policy, batch, "bicc_prompt", shared_prefix_logps),
         "bicc_packed": lambda: loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps),
         "bicc_packed_mask": lambda: loss_phase(policy, batch, "bicc_prompt", dense_mask_logps),
-        **{
-            arm: (lambda f=f: loss_phase(policy, batch, "bicc_prompt", f))
-            for arm, f in KERNEL_ARMS.items()
-        },
+        **{arm: kernel_arm(form) for arm, form in KERNEL_ARMS.items()},
         "nograd_policy": lambda: nograd(policy),
         "nograd_ref": lambda: nograd(reference),
         "optimizer": step_optimizer,
