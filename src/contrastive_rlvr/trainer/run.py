@@ -48,7 +48,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         WarmStartConfig,
         arithmetic_reward,
         build_embedded_default,
-        heldout_accuracy,
+        heldout_correctness,
         load_char_tokenizer,
         make_datasets,
     )
@@ -81,8 +81,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
 
-    def evaluate(m) -> float:
-        return heldout_accuracy(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
+    def evaluate(m) -> list[list[bool]]:
+        return heldout_correctness(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
 
     return dict(
         model=model,
@@ -167,7 +167,6 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
     """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
     held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training."""
-    from ..algorithms import avg_at_n
     from ..data import load_prompts
     from ..evaluation.generate import DEFAULT_INSTRUCTION, HFGenerator, build_prompt
     from ..models import load_model_and_tokenizer
@@ -197,7 +196,7 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     train = data.select(range(config.heldout_size, len(data)))
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
 
-    def evaluate(m) -> float:
+    def evaluate(m) -> list[list[bool]]:
         gen = HFGenerator(
             m,
             tokenizer,
@@ -220,7 +219,7 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             )
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
-        return avg_at_n(correct)
+        return correct
 
     return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
 
@@ -321,6 +320,27 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     return str(checkpoint), None
 
 
+def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
+    """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
+    records with it: the counts behind it and its bootstrap interval over problems."""
+    from ..algorithms import avg_at_n
+    from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+
+    value = avg_at_n(correct)
+    ci = bootstrap_mean_ci([sum(row) / len(row) for row in correct])
+    counts = {
+        "problems": len(correct),
+        "samples": sum(len(row) for row in correct),
+        "correct": sum(sum(row) for row in correct),
+        "avg_at_n": value,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "level": ci.level,
+        "interval": BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+    }
+    return value, counts
+
+
 def train(
     config: RLVRConfig, *, extra_callbacks: list | None = None, progress: bool = True
 ) -> dict:
@@ -386,6 +406,8 @@ def train(
     else:
         trainer.train(resume_from_checkpoint=resume)
     after = parts["evaluate"](trainer.model)
+    before, before_counts = heldout_score(before)
+    after, after_counts = heldout_score(after)
     summary = {
         "recipe": config.recipe,
         "bicc": config.bicc,
@@ -395,6 +417,8 @@ def train(
         "heldout_avg@n_before": before,
         "heldout_avg@n_after": after,
         "eval_n": config.eval_n,
+        "heldout_before": before_counts,
+        "heldout_after": after_counts,
         "nonfinite_losses": trainer.nonfinite_losses,
         "skipped_updates": trainer.skipped_updates,
         "rolled_back_updates": update_guard.rolled_back,
