@@ -96,13 +96,19 @@ def test_conspo_beta_and_clip_are_rejected(tmp_path):
         ("use_adaptive_entropy", True),
         ("top_entropy_quantile", 0.2),
         ("delta", 2.0),
-        ("off_policy_mask_threshold", 0.5),
     ],
 )
 def test_trl_loss_options_are_rejected_by_the_project_loss(tmp_path, field, value):
     assert config(tmp_path, **{field: value}).loss_type == "grpo"  # TRL's loss honours it
     with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid: .*recipe='gmpo'"):
         config(tmp_path, recipe="gmpo", **{field: value})
+
+
+def test_the_project_loss_takes_the_sampling_correction(tmp_path):
+    # Applied as TRL applies them (tests/test_sampling_correction.py), so no recipe refuses.
+    for recipe in ("gmpo", "conspo"):
+        cfg = config(tmp_path, recipe=recipe, off_policy_mask_threshold=0.5)
+        assert cfg.off_policy_mask_threshold == 0.5
 
 
 def test_the_project_loss_rejects_bias_corrected_kl(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from contrastive_rlvr.algorithms import BiCCTemplate, group_advantages
+from contrastive_rlvr.algorithms.bicc_rows import BiCCRowBuilder, end_token_ids, is_chat
 from contrastive_rlvr.integrations.verl.groups import (
     bicc_rows,
     check_conspo_layout,
@@ -94,11 +95,8 @@ def test_bicc_rows_condition_each_row_on_the_opposite_side_in_batch_order():
         responses,
         rewards,
         ["a", "b", "a", "b"],
-        _Template.encoded(),
-        max_seq_len=40,
+        _builder(max_seq_len=40, strip_token_ids=frozenset({eos})),
         pad_token_id=0,
-        context_ratio=0.5,
-        strip_token_ids={eos},
     )
     # Budget 20 tokens: each context fits whole. Row 0 (correct) sees the wrong row 2's
     # text without its EOS: header_wrong, "Attempt 1: ", 12, "\n", footer.
@@ -108,6 +106,36 @@ def test_bicc_rows_condition_each_row_on_the_opposite_side_in_batch_order():
     # Group b is all wrong: no conditioning.
     assert rows.prompts[1].tolist() == [3] and rows.prompts[3].tolist() == [3]
     assert rows.context_tokens.tolist() == [5, 0, 6, 0]
+    assert rows.budget == 20
+
+
+def _builder(**overrides) -> BiCCRowBuilder:
+    values = dict(
+        template=_Template.encoded(),
+        context_ratio=0.5,
+        max_seq_len=None,
+        max_completion_length=10,
+        truncation="middle",
+        placement="after_prompt",
+        threshold=0.5,
+    )
+    values.update(overrides)
+    return BiCCRowBuilder(**values)
+
+
+def test_bicc_rows_budget_is_the_batchs_longest_prompt_without_padding_rows():
+    # Groups a (prompt 4 tokens) and b (2 tokens), and a lone padding row of 9 tokens
+    # (verl's upsampling): L = longest real prompt 4 + max_completion_length 10 = 14,
+    # budget floor(0.5 * 14) = 7: header, "Attempt 1: ", 3 content tokens, "\n", footer.
+    prompts = [torch.tensor([1, 2, 3, 4])] * 2 + [torch.tensor([5, 6])] * 2 + [torch.arange(9)]
+    responses = [torch.tensor(r) for r in ([10, 11, 12, 13], [14], [15], [16], [17])]
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
+    rows = bicc_rows(prompts, responses, rewards, list("aabbp"), _builder(), pad_token_id=0)
+    assert rows.budget == 7
+    # Row 1 (wrong) sees row 0 cut to 3 tokens by the middle rule: head 2, tail 1.
+    assert rows.prompts[1].tolist() == [1, 2, 3, 4, 901, 911, 10, 11, 13, 920, 930]
+    assert rows.prompts[4].tolist() == list(range(9))
+    assert rows.context_tokens.tolist() == [5, 7, 5, 5, 0]
 
 
 def test_whole_group_order_keeps_groups_contiguous_per_rank():
@@ -138,3 +166,17 @@ def test_check_conspo_layout_names_the_setting(overrides, message):
     check_conspo_layout(**settings)  # the good layout passes
     with pytest.raises(ValueError, match=message):
         check_conspo_layout(**{**settings, **overrides})
+
+
+def test_end_token_ids_follow_trls_rule():
+    # TRL's GRPOTrainer: the generation config's EOS ids, the tokenizer's first if missing.
+    assert end_token_ids(1, [2]) == [1, 2]
+    assert end_token_ids(1, 2) == [1, 2]
+    assert end_token_ids(1, None) == [1]
+    assert end_token_ids(1, [2, 1]) == [2, 1]
+    assert end_token_ids(None, [5]) == [5]
+
+
+def test_is_chat_tells_messages_from_text():
+    assert is_chat([{"role": "user", "content": "q"}])
+    assert not is_chat("q") and not is_chat([]) and not is_chat([{"content": "q"}])

@@ -17,11 +17,11 @@ pytest.importorskip("verl")
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
+from verl_fakes import FakeTQ  # noqa: E402
 
 from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
 from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
@@ -101,35 +101,6 @@ def test_check_settings_names_the_bad_setting(recipes, name, overrides, message)
 # ----------------------------------------------------------------------------- fakes
 
 
-class FakeTQ:
-    """In-memory TransferQueue: per key, per field, one 1-D tensor; nested on the way out."""
-
-    def __init__(self, rows):
-        self.rows = {k: dict(v) for k, v in rows.items()}
-        self.tags = {}
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return TensorDict(
-            {
-                f: torch.nested.as_nested_tensor(
-                    [self.rows[k][f] for k in keys], layout=torch.jagged
-                )
-                for f in select_fields
-            },
-            batch_size=len(keys),
-        )
-
-    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-        if fields is not None:
-            for name in fields.keys():
-                for key, value in zip(keys, fields[name].unbind(), strict=True):
-                    self.rows[key][name] = value.clone()
-        tags = tags if tags is not None else [{} for _ in keys]
-        for key, tag in zip(keys, tags, strict=True):
-            self.tags[key] = dict(tag)
-        return KVBatchMeta(keys=list(keys), tags=[dict(t) for t in tags])
-
-
 class FakeTokenizer:
     eos_token_id = EOS
     pad_token_id = PAD
@@ -142,8 +113,8 @@ class FakeTokenizer:
         "Your attempt:\n": [930],
     }
 
-    def encode(self, text, add_special_tokens=False):
-        return self.IDS[text]
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": self.IDS[text]}
 
 
 def make_trainer(cfg, monkeypatch, rows, **crlvr):
@@ -172,6 +143,8 @@ def row(prompt, response, reward):
         "rm_scores": scores,
         "response_mask": torch.ones(len(response), dtype=torch.int64),
         "old_log_probs": torch.full((len(response),), -0.5),
+        "entropy": torch.full((len(response),), 0.25),
+        "ref_log_prob": torch.full((len(response),), -0.75),
     }
 
 
@@ -205,7 +178,14 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     )
     rows, batch = bicc_batch()
     trainer, store = make_trainer(
-        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_ratio=ratio
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_context_ratio=0.5,
+        bicc_ratio=ratio,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
     )
     seen = {}
 
@@ -221,8 +201,15 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
             store.rows[key]["old_log_probs"] = store.rows[key]["old_log_probs"] - 1.0
         return batch
 
+    def fake_ref_log_prob(batch, metrics):
+        seen["ref_logp_prompt"] = store.rows["a_0_0"]["prompts"].tolist()
+        for key in batch.keys:
+            store.rows[key]["ref_log_prob"] = store.rows[key]["ref_log_prob"] - 1.0
+        return batch
+
     monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", fake_update)
     trainer._compute_old_log_prob = fake_old_log_prob
+    trainer._compute_ref_log_prob = fake_ref_log_prob
     metrics = {}
     trainer._update_actor(batch, metrics)
 
@@ -244,11 +231,15 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     ]
     # consistent mode recomputes the old log-probs on the conditioned rows; paper mode does not
     assert seen.get("old_logp_prompt") == (a0 if ratio == "consistent" else None)
+    # with the KL loss on (kl_loss_coef 0.01), the consistent mode's reference is taken on the
+    # conditioned prompt too, as TRL's with beta > 0; the paper mode keeps the plain one
+    assert seen.get("ref_logp_prompt") == (a0 if ratio == "consistent" else None)
     # after the update: the plain rows and tags again
     assert store.rows["a_0_0"]["prompts"].tolist() == [1, 2]
     assert store.rows["a_0_0"]["input_ids"].tolist() == [1, 2, 10, 11, EOS]
     assert store.rows["a_1_0"]["position_ids"].tolist() == [0, 1, 2, 3]
     assert store.rows["a_1_0"]["old_log_probs"].tolist() == [-0.5, -0.5]
+    assert store.rows["a_1_0"]["ref_log_prob"].tolist() == [-0.75, -0.75]
     assert [(t["prompt_len"], t["seq_len"]) for t in batch.tags] == [(2, 5), (1, 3), (2, 4), (1, 4)]
     # context tokens (5, 0, 6, 0) -> mean 2.75; half of the rows conditioned
     assert metrics["bicc/context_tokens"] == pytest.approx(2.75)
@@ -347,3 +338,212 @@ def test_trainer_mode_reads_sync_for_verls_checks():
     assert trainer.trainer_mode == "sync"
     with pytest.raises(ValueError, match="crlvr_sync"):
         trainer.trainer_mode = "separate_async"
+
+
+# ----------------------------------------------------------------------------- refusals at start
+
+# grpo_bicc_rcc: max_prompt_length 1024, max_response_length 4096, ratio 0.4, no
+# bicc_max_seq_len: the longest conditioned row is 1024 + floor(0.4 * 5120) + 4096 = 7168.
+LONGEST_ROW = 1024 + 2048 + 4096
+DYNAMIC = {"actor_rollout_ref.actor.use_dynamic_bsz": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("grpo_bicc_rcc", {"actor_rollout_ref.actor.use_prefix_grouper": True}, "prefix_grouper"),
+        ("conspo_rcc", {"actor_rollout_ref.actor.use_prefix_grouper": True}, "prefix_grouper"),
+        (
+            "grpo_bicc_rcc",
+            {"algorithm.rollout_correction.bypass_mode": True},
+            "bypass_mode=True makes them vLLM",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {
+                "algorithm.adv_estimator": "crlvr_grpo",
+                "algorithm.rollout_correction.rollout_is": "token",
+            },
+            "loss_mode='crlvr_grpo' does not apply rollout-correction",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW - 1},
+            f"ppo_max_token_len_per_gpu gives {LONGEST_ROW - 1} tokens .* can reach {LONGEST_ROW}",
+        ),
+        (
+            # sequence parallelism multiplies the limit: 3584 x 2 = 7167 + 1 < 7168 still refused
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW // 2 - 1,
+                "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": 2,
+            },
+            "ppo_max_token_len_per_gpu gives 7166",
+        ),
+        (
+            # consistent mode: the old log-prob pass sees conditioned rows too
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.policy_loss.bicc_ratio": "consistent",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": LONGEST_ROW - 1,
+            },
+            "rollout.log_prob_max_token_len_per_gpu",
+        ),
+        (
+            # ... and the reference pass, with the KL loss on (kl_loss_coef 0.01)
+            "grpo_bicc_rcc",
+            {
+                **DYNAMIC,
+                "actor_rollout_ref.actor.policy_loss.bicc_ratio": "consistent",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": LONGEST_ROW,
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": LONGEST_ROW - 1,
+            },
+            "ref.log_prob_max_token_len_per_gpu",
+        ),
+        ("grpo_bicc_rcc", {"actor_rollout_ref.actor.policy_loss.bicc_mix": 0.5}, "bicc_mix=0.5"),
+        (
+            "grpo_bicc_rcc",
+            {"actor_rollout_ref.actor.policy_loss.rcc_bound": "group"},
+            "rcc_bound must be one of",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {"actor_rollout_ref.actor.policy_loss.bicc_placement": "system"},
+            "bicc_placement must be one of",
+        ),
+    ],
+)
+def test_check_settings_refuses_what_verl_cannot_run(recipes, name, overrides, message):
+    with pytest.raises(Exception, match=message) as caught:
+        check_settings(with_overrides(recipes[name], **overrides))
+    # Hydra may wrap the config's ValueError; the message names the field either way.
+    assert isinstance(caught.value, ValueError) or "ValueError" in repr(caught.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW},
+        # bicc_max_seq_len 1000: 1024 + floor(0.4 * 1000) + 4096 = 5520 tokens suffice
+        {
+            **DYNAMIC,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 5520,
+            "actor_rollout_ref.actor.policy_loss.bicc_max_seq_len": 1000,
+        },
+        # paper mode: the old / reference passes see plain rows, their limits do not matter
+        {
+            **DYNAMIC,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 5120,
+        },
+        # fixed-size micro-batches have no token limit
+        {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 10},
+        # verl's own estimators and losses with IS weights are verl's business
+        {
+            "algorithm.adv_estimator": "grpo",
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla",
+            "algorithm.rollout_correction.rollout_is": "token",
+        },
+    ],
+)
+def test_check_settings_accepts_the_limits_that_hold_a_conditioned_row(recipes, overrides):
+    check_settings(with_overrides(recipes["grpo_bicc_rcc"], **overrides))
+
+
+def test_settings_reach_the_row_builder_and_the_estimators(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.policy_loss.bicc_max_seq_len": 100,
+            "actor_rollout_ref.actor.policy_loss.bicc_footer": "\n",
+            "actor_rollout_ref.actor.policy_loss.rcc_bound": "none",
+        },
+    )
+    options = check_settings(cfg)
+    trainer, _ = make_trainer(cfg, monkeypatch, {}, **vars(options))
+    trainer.end_token_ids = [EOS, 98]
+    builder = trainer._bicc_builder()
+    assert builder.max_seq_len == 100 and builder.placement == "auto"
+    assert builder.max_completion_length == 4096  # data.max_response_length
+    assert builder.template.footer == [920]  # bicc_footer "\n"
+    assert builder.strip_token_ids == {EOS, 98, PAD}  # the EOS list and the pad id
+    from contrastive_rlvr.integrations.verl.advantages import ESTIMATORS
+
+    padded = {"old_log_probs": 0, "ref_log_prob": 0}
+    kwargs = trainer._estimator_kwargs(ESTIMATORS["crlvr_rcc"], padded)
+    assert kwargs["rcc_bound"] == "none"
+
+
+# ----------------------------------------------------------------------------- balance
+
+
+def test_bicc_balance_uses_conditioned_lengths_then_restores_plain_ones(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
+            "data.max_prompt_length": 20,
+            "data.max_response_length": 20,
+        },
+    )
+    rows, batch = bicc_batch()
+    trainer, _ = make_trainer(
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_context_ratio=0.5,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+    )
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0, 1]})
+    trainer.use_critic = False
+    metrics = {}
+    out = trainer._balance_batch(batch, metrics)
+    # Conditioned lengths (see the update test): a_0_0 10, b_0_0 3, a_1_0 10, b_1_0 4;
+    # plain 5, 3, 4, 4. Two ranks of two rows: the long a rows go to different ranks,
+    # {10, 4} and {10, 3}: max 14, min 13 (plain lengths would give at most 9).
+    assert metrics["global_seqlen/max"] == 14 and metrics["global_seqlen/min"] == 13
+    for share in (out.keys[:2], out.keys[2:]):
+        assert sorted(k[0] for k in share) == ["a", "b"]
+    assert {k: t["seq_len"] for k, t in zip(out.keys, out.tags, strict=True)} == {
+        "a_0_0": 5,
+        "b_0_0": 3,
+        "a_1_0": 4,
+        "b_1_0": 4,
+    }
+
+
+def test_init_tokenizer_keeps_the_eos_list_and_the_window(monkeypatch):
+    tok = FakeTokenizer()
+    model = SimpleNamespace(
+        tokenizer=tok,
+        processor=None,
+        generation_config=SimpleNamespace(eos_token_id=[7, 8]),
+        hf_config=SimpleNamespace(max_position_embeddings=4096),
+    )
+    monkeypatch.setattr(trainer_module, "omega_conf_to_dataclass", lambda cfg: model)
+    trainer = object.__new__(CrlvrTrainer)
+    trainer.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(model=None))
+    trainer._init_tokenizer()
+    assert trainer.tokenizer is tok and trainer.processor is None
+    assert trainer.end_token_ids == [EOS, 7, 8]  # the tokenizer's EOS first, as TRL
+    assert trainer.max_positions == 4096
+
+
+def test_a_built_row_over_the_token_limit_names_the_setting(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW},
+    )
+    trainer, _ = make_trainer(cfg, monkeypatch, {}, bicc=True)
+    rows = SimpleNamespace(prompts=[torch.zeros(LONGEST_ROW - 10)], context_tokens=None)
+    trainer._check_row_lengths(rows, [torch.zeros(10)])  # exactly at the limit: fine
+    with pytest.raises(ValueError, match="ppo_max_token_len_per_gpu=7168"):
+        trainer._check_row_lengths(rows, [torch.zeros(11)])

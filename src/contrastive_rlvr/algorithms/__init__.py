@@ -63,6 +63,7 @@ from .reco import (
     variance_factor,
 )
 from .registry import RECIPES, Recipe, get_recipe, recipe_advantages, register_recipe
+from .sampling_correction import corrected_advantages, off_policy_mask, row_weights
 from .seed_methods import (
     SEED_METHOD_CONFLICTS,
     SEED_METHOD_RECIPES,
@@ -120,6 +121,9 @@ __all__ = [
     "collapse_rate",
     "completion_keys",
     "conspo_loss",
+    "corrected_advantages",
+    "off_policy_mask",
+    "row_weights",
     "conspo_margin",
     "distinct_share",
     "entropy_factor",

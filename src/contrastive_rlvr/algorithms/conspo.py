@@ -46,6 +46,7 @@ def conspo_loss(
     margin: float = 0.0,
     threshold: float = 0.5,
     baseline: Tensor | None = None,
+    row_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Negative ConSPO objective averaged over the groups with both positives and negatives.
 
@@ -59,6 +60,12 @@ def conspo_loss(
         threshold: reward above which a completion is a positive.
         baseline: optional (B,) per-row threshold replacing ``threshold``
             (used to combine ConSPO with RCC: positives are ``R > b*``).
+        row_weights: optional (B,) >= 0 sampling weights (vLLM's importance-sampling
+            correction and the off-policy mask, :mod:`.sampling_correction`): a
+            positive's term is weighted by ``w_i``, a negative enters the softmax's
+            denominator as ``w_j exp(s_j / tau)`` (an importance-weighted estimate of
+            the negatives' sum; ``w_j = 0`` drops it). A group needs a negative of
+            weight > 0. None: every weight 1, the paper's loss.
     Returns:
         ``(loss, metrics)``; with no usable group the loss is 0 and still has a
         grad_fn. Metrics: ``conspo/valid_groups`` (share of groups used),
@@ -75,7 +82,12 @@ def conspo_loss(
         check_rows("baseline", baseline, logp.shape[0])
     scores = group_view(masked_mean(logp, mask, dim=1), group_size)  # (n, G)
     pos = group_view(rewards > cut, group_size)  # (n, G)
-    valid = pos.any(1) & (~pos).any(1)  # (n,)
+    if row_weights is None:
+        weights = torch.ones_like(scores)
+    else:
+        check_rows("row_weights", row_weights, logp.shape[0])
+        weights = group_view(row_weights.detach().to(scores.dtype), group_size)  # (n, G)
+    valid = pos.any(1) & (~pos & (weights > 0)).any(1)  # (n,)
     if not bool(valid.any()):
         zero = (scores * 0.0).sum()
         nothing = torch.zeros((), device=logp.device)
@@ -86,12 +98,14 @@ def conspo_loss(
         }
     # Work on usable groups only: each has >= 1 negative, so the log-sum-exp
     # below never sees a row of -inf (whose backward would be NaN).
-    s, p = scores[valid], pos[valid]  # (V, G)
+    s, p, w = scores[valid], pos[valid], weights[valid]  # (V, G)
     a = (s - margin) / tau
-    neg_lse = torch.logsumexp(s.masked_fill(p, -math.inf) / tau, dim=1, keepdim=True)  # (V, 1)
+    # log(w_j e^{s_j/tau}); weight 1 (no correction) adds exactly 0.
+    neg_terms = (s / tau + torch.log(w)).masked_fill(p | (w <= 0), -math.inf)
+    neg_lse = torch.logsumexp(neg_terms, dim=1, keepdim=True)  # (V, 1)
     log_prob = a - torch.logaddexp(a, neg_lse)  # (V, G): log P_i, meaningful on positives
     n_pos = p.sum(1)
-    objective = tau * torch.where(p, log_prob, torch.zeros_like(log_prob)).sum(1) / n_pos  # (V,)
+    objective = tau * torch.where(p, w * log_prob, torch.zeros_like(log_prob)).sum(1) / n_pos
     loss = -objective.sum() / valid.sum()
     with torch.no_grad():
         pos_prob = log_prob.exp()[p].mean()

@@ -17,8 +17,9 @@ For the recipes TRL has (:mod:`.trl_settings`), :class:`TRLLoss` runs TRL's own
 reference log-probs; BiCC's conditioned prompt ids in place of ``prompt_ids``), so TRL's
 loss-side features (vLLM importance sampling, ``tool_mask``, entropy bonus, MoE router
 loss, top-entropy mask, ``delta``) apply as in TRL. The project's loss honours
-``tool_mask`` (tool-response tokens get no gradient) and, in the trainer, the router
-loss; the config rejects TRL's other loss options with it.
+``tool_mask`` (tool-response tokens get no gradient), vLLM's importance-sampling
+correction and the off-policy mask as TRL applies them (:class:`SamplingCorrection`) and,
+in the trainer, the router loss; the config rejects TRL's other loss options with it.
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ from ..algorithms import (
     Recipe,
     conspo_loss,
     conspo_margin,
+    corrected_advantages,
+    get_policy_loss,
     loss_option_names,
+    off_policy_mask,
     policy_loss,
     rcc_baseline,
     recipe_advantages,
+    row_weights,
     seed_method_loss,
     sequence_delta,
 )
@@ -171,6 +176,57 @@ class LossTimeRCC:
         )
 
 
+@dataclass
+class SamplingCorrection:
+    """vLLM's importance-sampling correction and the off-policy sequence mask in the
+    project's loss, as TRL's ``_compute_loss`` applies them (:mod:`contrastive_rlvr.algorithms.
+    sampling_correction`): the weight on each token's policy loss is TRL's own
+    ``importance_sampling_ratio`` (computed at scoring time by TRL, in its four modes and
+    clip bounds, and logged there as ``sampling/importance_sampling_ratio/*``) times the
+    off-policy mask of ``sampling_per_token_logps`` (else pi_old) against the loss forward's
+    log-probs; the KL term is not weighted.
+
+    Attributes:
+        importance_sampling: ``use_vllm`` and ``vllm_importance_sampling_correction``.
+        mask_threshold: ``off_policy_mask_threshold`` (None: no mask).
+    """
+
+    importance_sampling: bool
+    mask_threshold: float | None
+
+    @classmethod
+    def from_config(cls, cfg) -> SamplingCorrection | None:  # noqa: ANN001
+        on = bool(cfg.use_vllm and cfg.vllm_importance_sampling_correction)
+        threshold = cfg.off_policy_mask_threshold
+        return cls(on, threshold) if on or threshold is not None else None
+
+    def weights(
+        self,
+        logp: torch.Tensor,
+        inputs: dict,
+        old: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """(B, T) or (B, 1) weights >= 0 on the policy term, or None (all 1)."""
+        weights = None
+        if self.mask_threshold is not None:
+            sampling = inputs.get("sampling_per_token_logps", old)
+            weights = off_policy_mask(
+                advantages, logp, sampling, mask, threshold=self.mask_threshold
+            )
+        if self.importance_sampling:
+            ratio = inputs.get("importance_sampling_ratio")
+            if ratio is None:
+                raise ValueError(
+                    "vllm_importance_sampling_correction=True but the batch has no "
+                    "importance_sampling_ratio (TRL sets it when generating with vLLM): "
+                    "set use_vllm=True or the correction False"
+                )
+            weights = ratio if weights is None else weights * ratio
+        return weights
+
+
 def reco_options(
     factor_norm: str, factor: str = "variance", vocab_size: int | None = None
 ) -> Callable[[dict, LossContext], dict]:
@@ -225,8 +281,11 @@ class PolicyObjective:
         eps: float,
         rcc: LossTimeRCC | None = None,
         extra: Callable[[dict, LossContext], dict] | None = None,
+        correction: SamplingCorrection | None = None,
     ) -> None:
         self.name, self.recipe, self.accepted = name, recipe, loss_option_names(name)
+        self.correction = correction
+        self.per_row = get_policy_loss(name).per_row_advantages_only
         self.fixed: dict[str, Any] = {**defaults, "beta": beta}
         for key, value in (("clip_low", clip_low), ("clip_high", clip_high)):
             if value is not None:
@@ -261,6 +320,11 @@ class PolicyObjective:
         if delta is not None:
             advantages = rcc_advantages_of(self.recipe, self.rcc, inputs, delta, ctx, self.eps)
             rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
+        if self.correction is not None:
+            # TRL's per_token_loss * w equals the surrogate with advantages A * w (w >= 0).
+            weights = self.correction.weights(logp, inputs, old, advantages, mask)
+            if weights is not None:
+                advantages = corrected_advantages(advantages, weights, mask, per_row=self.per_row)
         options = self.options(inputs, ctx, prefix + "ref_per_token_logps")
         loss, metrics = policy_loss(self.name, logp, old, advantages, mask, **options)
         return loss, {**metrics, **rcc_metrics}
@@ -280,9 +344,10 @@ class ContrastiveObjective:
         warmup: float,
         threshold: float,
         rcc: LossTimeRCC | None = None,
+        correction: SamplingCorrection | None = None,
     ) -> None:
         self.tau, self.max_margin, self.warmup = tau, max_margin, warmup
-        self.threshold, self.rcc = threshold, rcc
+        self.threshold, self.rcc, self.correction = threshold, rcc, correction
 
     def __call__(
         self, logp: torch.Tensor, inputs: dict, ctx: LossContext, *, plain: bool = False
@@ -290,8 +355,8 @@ class ContrastiveObjective:
         """``plain``: the plain-prompt share of BiCC's mix (RCC's sampling delta then
         against the plain prompt's pi_old)."""
         baseline, rcc_metrics = inputs.get("conspo_baseline"), {}
+        key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
         if self.rcc is not None:
-            key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
             delta = self.rcc.delta(logp, inputs, old_logps(logp, inputs, key))
             if delta is not None:
                 baseline = rcc_baseline(
@@ -303,6 +368,16 @@ class ContrastiveObjective:
                 )
                 rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
         margin = conspo_margin(ctx.progress, max_margin=self.max_margin, warmup=self.warmup)
+        weights = None
+        if self.correction is not None:
+            mask = inputs["completion_mask"]
+            cut = self.threshold if baseline is None else baseline
+            sign = torch.where(inputs["rewards"] > cut, 1.0, -1.0)  # positives count as A >= 0
+            token_weights = self.correction.weights(
+                logp, inputs, old_logps(logp, inputs, key), sign, mask
+            )
+            if token_weights is not None:
+                weights = row_weights(token_weights, mask)
         loss, metrics = conspo_loss(
             logp,
             inputs["completion_mask"],
@@ -312,6 +387,7 @@ class ContrastiveObjective:
             margin=margin,
             threshold=self.threshold,
             baseline=baseline,
+            row_weights=weights,
         )
         return loss / ctx.accum, {**metrics, **rcc_metrics}
 
@@ -453,6 +529,7 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
             warmup=cfg.conspo_warmup,
             threshold=cfg.reward_threshold,
             rcc=rcc,
+            correction=SamplingCorrection.from_config(cfg),
         )
     else:
         objective = _policy_objective(cfg, recipe, rcc, _vocab_size(model))
@@ -490,4 +567,5 @@ def _policy_objective(  # noqa: ANN001
         eps=cfg.adv_eps,
         rcc=rcc,
         extra=extra,
+        correction=SamplingCorrection.from_config(cfg),
     )

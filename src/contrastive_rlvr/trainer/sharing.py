@@ -8,7 +8,10 @@ give the same log-probs (tests/test_packed_prefix.py, tests/test_sharing.py):
 - ``"packed"`` (:mod:`.packed_prefix`): one forward in which each distinct prompt is
   encoded once and every completion attends to it and to itself. One forward per
   backward, so it runs under gradient checkpointing, DDP, ZeRO and FSDP. Needs a model
-  whose attention takes the layout (:func:`~.packed_prefix.supports_packed_prefix`).
+  whose attention takes the layout (:func:`~.packed_prefix.supports_packed_prefix`), and
+  proof: before its first use on a model, :func:`~.probe.probe_packed_forward` compares it
+  with the per-row forward on a synthetic batch at the run's length (past any rope-scaling
+  threshold); where they differ the run falls back to per row, the reason logged.
 - ``"cache"`` (:mod:`.prefix`): the two-pass key/value-cache form, for a model the packed
   form cannot take, in one process without gradient checkpointing (it is two forwards per
   backward and needs the cache). No entropies: a call that needs them runs per row.
@@ -31,8 +34,16 @@ from typing import Any, Literal
 
 import torch
 
-from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
+from .packed_kernels import enable_kernel_form
+from .packed_prefix import (
+    PackedPrefixUnsupported,
+    _unwrap,
+    enable_split_attention,
+    packed_prefix_forward,
+    supports_packed_prefix,
+)
 from .prefix import shared_prefix_logps
+from .probe import probe_packed_forward
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +82,8 @@ class PromptSharing:
         self._forms: dict[int, Form | None] = {}
         self._on_logps: Callable[[torch.Tensor], None] | None = None
         self._said: set[str] = set()  # per-row fallbacks already logged
+        self._roles: dict[int, str] = {}
+        self._proven: set[int] = set()  # models whose packed form passed its probe
 
     @classmethod
     def from_config(cls, cfg, num_processes: int) -> PromptSharing:  # noqa: ANN001
@@ -92,12 +105,19 @@ class PromptSharing:
         if not self.active or model is None:
             return None
         key = id(model)
+        self._roles.setdefault(key, role)
         if key not in self._forms:
             ok, reason = supports_packed_prefix(model)
             if ok:
-                enable_split_attention(model)
+                attention = "split SDPA" if enable_split_attention(model) else None
+                kernel = enable_kernel_form(model)
+                attention = attention or kernel or _unwrap(model).config._attn_implementation
                 self._forms[key] = "packed"
-                logger.info("prompt sharing (%s): packed forward", role)
+                logger.info(
+                    "prompt sharing (%s): packed forward (%s attention), once its probe passes",
+                    role,
+                    attention,
+                )
             elif self.cache_allowed:
                 self._forms[key] = "cache"
                 logger.warning("prompt sharing (%s): key/value-cache form, as %s", role, reason)
@@ -110,6 +130,30 @@ class PromptSharing:
                     reason,
                 )
         return self._forms[key]
+
+    def _prove(
+        self, model: torch.nn.Module, width: int, completion_len: int, autocast: Callable[[], Any]
+    ) -> bool:
+        """Once per model, at its first shared forward: the packed form's probe at this
+        batch's length (:func:`~.probe.probe_packed_forward`). A model that fails it runs per
+        row for the rest of the run, the measured difference logged."""
+        key = id(model)
+        if key in self._proven:
+            return True
+        ok, summary = probe_packed_forward(model, width, completion_len, autocast=autocast)
+        role = self._roles.get(key, "model")
+        if ok:
+            self._proven.add(key)
+            logger.info("prompt sharing (%s): packed forward proven: %s", role, summary)
+            return True
+        self._forms[key] = None
+        logger.warning(
+            "prompt sharing (%s): per-row forward, as the packed forward is not exact on this "
+            "model: %s",
+            role,
+            summary,
+        )
+        return False
 
     @contextmanager
     def prompts(
@@ -162,6 +206,8 @@ class PromptSharing:
         if any(value is not None for value in extra.values()):
             return self._per_row("the inputs are multimodal")
         form = self._forms.get(id(model))
+        if form == "packed" and not self._prove(model, input_ids.size(1), logits_to_keep, autocast):
+            form = None
         if form is None:
             return None
         prompt_len = input_ids.size(1) - logits_to_keep
@@ -182,8 +228,11 @@ class PromptSharing:
         # Under gradient: one forward for the micro-batch (DDP, ZeRO and checkpointing need
         # one forward per backward). Without: TRL's chunking of the generation batch.
         chunk = None if torch.is_grad_enabled() else batch_size
-        with autocast():
-            logps, entropies = packed_prefix_forward(
-                model, *tensors, chunk_rows=chunk, entropy=compute_entropy
-            )
+        try:
+            with autocast():
+                logps, entropies = packed_prefix_forward(
+                    model, *tensors, chunk_rows=chunk, entropy=compute_entropy
+                )
+        except PackedPrefixUnsupported as err:  # this batch only (flash varlen's holes)
+            return self._per_row(str(err))
         return logps, entropies, None

@@ -21,7 +21,8 @@ seq-mean-token-mean, dapo: token-mean over the window, dr_grpo: token sums over
 is GSPO's Eq. 5-7. GMPO (TRL has no geometric-mean loss), ConSPO, ReCo, OC-GRPO,
 GSPO-token (VeriGate + GSPO), RCC's sampling reference (advantages at loss time) and BiCC
 with ``bicc_mix < 1`` (two prompts per row) run the project's loss instead
-(:mod:`.loss`), which honours ``tool_mask`` and the MoE router loss and rejects the other
+(:mod:`.loss`), which honours ``tool_mask``, the MoE router loss, vLLM's importance-sampling
+correction and ``off_policy_mask_threshold`` (as TRL applies them) and rejects the other
 TRL loss options by name (:func:`check_project_loss_options`).
 
 Every TRL loss field a user sets is honoured or rejected here, before any model loads:
@@ -238,13 +239,13 @@ TRL_LOSS_OPTIONS_OFF: dict[str, object] = {
     "use_adaptive_entropy": False,
     "top_entropy_quantile": 1.0,
     "delta": None,
-    "off_policy_mask_threshold": None,
 }
 
 
 def check_project_loss_options(cfg) -> None:  # noqa: ANN001
-    """The project's loss honours ``tool_mask`` and the MoE router loss; TRL's other
-    loss-side options are rejected by name when it runs."""
+    """The project's loss honours ``tool_mask``, the MoE router loss, vLLM's
+    importance-sampling correction and ``off_policy_mask_threshold``; TRL's other loss-side
+    options are rejected by name when it runs."""
     reason = project_loss_reason(cfg)
     if reason is None:
         return
@@ -257,10 +258,3 @@ def check_project_loss_options(cfg) -> None:  # noqa: ANN001
                 f"it is an option of TRL's loss, which does not run with {reason}: "
                 f"set {name}={off!r}",
             )
-    if cfg.use_vllm and cfg.vllm_importance_sampling_correction:
-        _fail(
-            "vllm_importance_sampling_correction",
-            True,
-            f"TRL's loss applies it, and TRL's loss does not run with {reason}: set it False "
-            "(or use a recipe TRL has without that setting)",
-        )

@@ -72,6 +72,25 @@ def _rcc_delta(
     return sequence_delta(old_log_probs, ref_log_prob, mask, reduce=reduce)
 
 
+def rcc_baselines(
+    rewards: Tensor,
+    delta: Tensor,
+    index: Sequence[Hashable],
+    *,
+    coef: float,
+    bound: str = DEFAULT_RCC_BOUND,
+) -> Tensor:
+    """RCC's per-row baseline ``b* = mean_g R + coef * Cov_g(R, delta)`` (clamped to the
+    group's reward range unless ``bound='none'``), in batch order; a group of one gets 0.
+
+    Args:
+        rewards, delta: (B,). index: B group ids.
+    """
+    return grouped_apply(
+        index, lambda g, r, d: rcc_baseline(r, d, g, coef=coef, bound=bound), rewards, delta
+    )
+
+
 def grpo(
     token_level_rewards: Tensor,
     response_mask: Tensor,
@@ -157,12 +176,7 @@ def _conspo(name: str, with_rcc: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         rewards = token_level_rewards.sum(dim=-1)
         if with_rcc:
             delta = _rcc_delta(name, old_log_probs, ref_log_prob, response_mask, rcc_delta)
-            baseline = grouped_apply(
-                index,
-                lambda g, r, d: rcc_baseline(r, d, g, coef=rcc_coef, bound=rcc_bound),
-                rewards,
-                delta,
-            )
+            baseline = rcc_baselines(rewards, delta, index, coef=rcc_coef, bound=rcc_bound)
             positive = rewards > baseline
         else:
             positive = rewards > threshold

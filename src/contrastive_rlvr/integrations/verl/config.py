@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 from verl.workers.config import PolicyLossConfig
 
-from ...algorithms import BICC_RATIO_MODES
+from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, RCC_BOUNDS, BiCCTemplate
+from ...algorithms.advantages import DEFAULT_RCC_BOUND
+
+_TEMPLATE = BiCCTemplate()
 
 DELTA_REDUCTIONS = ("mean", "sum")
 TRUNCATIONS = ("head", "tail", "middle")
@@ -36,10 +39,22 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
             BiCC partitions); 0.5 suits 0/1 rewards.
         rcc_coef: RCC's covariance coefficient c in ``b* = mean R + c Cov(R, delta)`` (2).
         rcc_delta: ``"mean"`` (per-token mean) or ``"sum"`` of ``logp - ref_logp`` for RCC.
+        rcc_bound: ``"reward_range"`` (b* clamped to the group's [min R, max R], the TRL
+            path's default) or ``"none"`` (the paper's formula), as TRL's ``rcc_bound``.
         adv_eps: added to the group std before dividing (GRPO; verl's default 1e-6).
         bicc: condition the policy log-probs of the update on the opposite partition.
-        bicc_context_ratio: share of ``data.max_prompt_length + data.max_response_length``
-            given to the added context (paper Table 3: 0.2/0.4/0.6; 0.4 best).
+        bicc_context_ratio: share of ``L`` given to the added context (paper Table 3:
+            0.2/0.4/0.6; 0.4 best), ``L`` = ``bicc_max_seq_len`` when set, else the batch's
+            longest prompt + ``data.max_response_length`` (the TRL path's rule), capped so
+            that prompt + context + completion fit in the model's positions.
+        bicc_max_seq_len: as TRL's ``bicc_max_seq_len``.
+        bicc_placement: as TRL's ``bicc_placement``; ``"auto"`` puts the attempts in the
+            user turn of verl's chat prompts (``raw_prompt``), rendered again with the chat
+            template and ``data.apply_chat_template_kwargs``.
+        bicc_mix: must stay 1.0 on verl: a plain-prompt share needs a second actor forward
+            per micro-batch, which verl's loss call does not make (refused, not ignored).
+        bicc_header_correct, bicc_header_wrong, bicc_item_prefix, bicc_item_suffix,
+            bicc_footer: the framing text, as TRL's fields of the same names.
         bicc_ratio: ``"paper"`` (old log-probs of the plain prompt) or ``"consistent"``
             (old log-probs recomputed on the conditioned prompt).
         bicc_truncation: how an opposite completion longer than its share is cut.
@@ -51,11 +66,31 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
     threshold: float = 0.5
     rcc_coef: float = 2.0
     rcc_delta: str = "mean"
+    rcc_bound: str = DEFAULT_RCC_BOUND
     adv_eps: float = 1e-6
     bicc: bool = False
     bicc_context_ratio: float = 0.4
     bicc_ratio: str = "paper"
     bicc_truncation: str = "middle"
+    bicc_max_seq_len: int | None = None
+    bicc_placement: str = "auto"
+    bicc_mix: float = 1.0
+    bicc_header_correct: str = _TEMPLATE.header_correct
+    bicc_header_wrong: str = _TEMPLATE.header_wrong
+    bicc_item_prefix: str = _TEMPLATE.item_prefix
+    bicc_item_suffix: str = _TEMPLATE.item_suffix
+    bicc_footer: str = _TEMPLATE.footer
+
+    @property
+    def bicc_template(self) -> BiCCTemplate:
+        """The framing text as set by the ``bicc_*`` template fields."""
+        return BiCCTemplate(
+            header_correct=self.bicc_header_correct,
+            header_wrong=self.bicc_header_wrong,
+            item_prefix=self.bicc_item_prefix,
+            item_suffix=self.bicc_item_suffix,
+            footer=self.bicc_footer,
+        )
 
     def __post_init__(self) -> None:
         where = "actor_rollout_ref.actor.policy_loss"
@@ -83,4 +118,23 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
             raise ValueError(
                 f"{where}.bicc_truncation must be one of {TRUNCATIONS}, "
                 f"got {self.bicc_truncation!r}"
+            )
+        if self.rcc_bound not in RCC_BOUNDS:
+            raise ValueError(
+                f"{where}.rcc_bound must be one of {RCC_BOUNDS}, got {self.rcc_bound!r}"
+            )
+        if self.bicc_max_seq_len is not None and self.bicc_max_seq_len < 1:
+            raise ValueError(
+                f"{where}.bicc_max_seq_len must be positive or null, got {self.bicc_max_seq_len}"
+            )
+        if self.bicc_placement not in BICC_PLACEMENTS:
+            raise ValueError(
+                f"{where}.bicc_placement must be one of {BICC_PLACEMENTS}, "
+                f"got {self.bicc_placement!r}"
+            )
+        if self.bicc_mix != 1.0:
+            raise ValueError(
+                f"{where}.bicc_mix={self.bicc_mix} is not supported on verl: the plain-prompt "
+                "share needs a second actor forward per micro-batch, which verl's policy-loss "
+                "call does not make; use bicc_mix=1.0 (or the TRL path)"
             )

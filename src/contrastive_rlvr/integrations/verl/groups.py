@@ -10,13 +10,13 @@ batch order, carry ConSPO's positive labels and margin through verl's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ...algorithms import EncodedTemplate, build_bicc_prompts
-from ...algorithms.bicc import Truncation
+from ...algorithms.bicc import Messages, RenderChat
+from ...algorithms.bicc_rows import BiCCRowBuilder
 from ...algorithms.ops import Tensor, masked_mean
 
 # ConSPO's targets are exact small numbers (-1 and 1 + margin); this tolerance
@@ -120,10 +120,12 @@ class BiCCRows:
     Attributes:
         prompts: B 1-D token-id tensors ``[q ; O_opposite]`` (no padding).
         context_tokens: (B,) tokens added to each prompt (0 when not conditioned).
+        budget: the context budget of this batch, in tokens.
     """
 
     prompts: list[Tensor]
     context_tokens: Tensor
+    budget: int = 0
 
 
 def bicc_rows(
@@ -131,50 +133,52 @@ def bicc_rows(
     responses: Sequence[Tensor],
     rewards: Tensor,
     index: Sequence[Hashable],
-    template: EncodedTemplate,
+    builder: BiCCRowBuilder,
     *,
-    max_seq_len: int,
     pad_token_id: int,
-    context_ratio: float,
-    threshold: float = 0.5,
-    truncation: Truncation = "middle",
-    strip_token_ids: Collection[int] = (),
+    max_positions: int | None = None,
+    messages: Sequence[Messages] | None = None,
+    render: RenderChat | None = None,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> BiCCRows:
     """BiCC's conditioned prompt of every row of a verl batch, in batch order.
 
-    Sorts the rows into groups by ``index``, calls
-    :func:`contrastive_rlvr.algorithms.build_bicc_prompts` (which owns the
-    partition, the context budget and the truncation rule) and puts the
-    prompts back in batch order without their left padding. Rows of a group
-    of one (verl's padding rows) keep their prompt.
+    Sorts the rows into groups by ``index`` and builds them with
+    :meth:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder.build`, the TRL
+    stage's own code (budget, placement, chat rendering, truncation), with one
+    budget for the whole batch (its longest prompt, as on TRL); the prompts go
+    back in batch order without their left padding. Rows of a group of one
+    (verl's padding rows) keep their prompt and do not count for the budget.
 
     Args:
         prompts, responses: B 1-D token-id tensors without padding.
         rewards: (B,). index: B group ids.
+        messages: B chat prompts (verl's ``raw_prompt``), for the user-turn placement.
     """
     out: list[Tensor] = [prompts[r].clone() for r in range(len(prompts))]
     context_tokens = torch.zeros(len(prompts), dtype=torch.long)
-    for order, group_size in size_classes(index):
-        if group_size < 2:
-            continue
+    classes = [(order, g) for order, g in size_classes(index) if g >= 2]
+    if not classes:
+        return BiCCRows(prompts=out, context_tokens=context_tokens)
+    longest = max(len(prompts[r]) for order, _ in classes for r in order.tolist())
+    budget = builder.budget(longest, max_positions)
+    for order, group_size in classes:
         rows = order.tolist()
-        built = build_bicc_prompts(
+        built, _ = builder.build(
             [prompts[r].tolist() for r in rows],
             [responses[r].tolist() for r in rows],
             rewards[order],
             group_size,
-            template,
-            max_seq_len=max_seq_len,
+            budget=budget,
             pad_token_id=pad_token_id,
-            context_ratio=context_ratio,
-            threshold=threshold,
-            truncation=truncation,
-            strip_token_ids=strip_token_ids,
+            messages=None if messages is None else [messages[r] for r in rows],
+            render=render,
+            decode=decode,
         )
         for k, row in enumerate(rows):
             out[row] = built.input_ids[k][built.attention_mask[k].bool()]
         context_tokens[order] = built.context_tokens
-    return BiCCRows(prompts=out, context_tokens=context_tokens)
+    return BiCCRows(prompts=out, context_tokens=context_tokens, budget=budget)
 
 
 def whole_group_order(group_partitions: Sequence[Sequence[int]], rows: Sequence[Sequence[int]]):

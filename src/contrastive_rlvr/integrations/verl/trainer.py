@@ -2,25 +2,34 @@
 
 Registered in verl's trainer registry; select it with
 ``trainer.v1.trainer_mode=crlvr_sync``. It is verl's ``sync`` trainer
-(``PPOTrainerSync``) with three hooks overridden, each doing one thing:
+(``PPOTrainerSync``) with these hooks overridden, each doing one thing:
 
+- ``__init__``: :func:`check_settings` refuses, naming the field, every
+  combination the hooks cannot run, before any worker starts.
+- ``_init_tokenizer``: verl's, also keeping the model's EOS list and window
+  for BiCC's rows (what the TRL path reads from the model).
 - ``_compute_advantage``: for the ``crlvr_*`` estimators that need more than
   rewards (RCC needs the reference log-probs, ConSPO the training progress for
   its margin), reads those fields and calls the registered estimator with
   them; every other estimator goes to verl's own path unchanged.
 - ``_update_actor``: with ``policy_loss.bicc=True``, rewrites each row's
-  prompt to BiCC's ``[q ; O_opposite]`` (and, in the ``consistent`` ratio
-  mode, recomputes the old log-probs on it) for the duration of the update,
-  then puts the plain rows back. The old and reference log-probs of the
-  ``paper`` mode, the RCC delta and the logged metrics all see the plain prompt.
-- ``_balance_batch``: with ConSPO, balances whole groups over the data-parallel
+  prompt to its conditioned prompt, built by the TRL stage's
+  :class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement,
+  chat rendering, budget, template, EOS list), and in the ``consistent`` ratio
+  mode recomputes the old log-probs (and, with a KL loss, the reference ones)
+  on it, for the duration of the update, then puts the plain rows back. The
+  old and reference log-probs of the ``paper`` mode, the RCC delta and the
+  logged metrics all see the plain prompt.
+- ``_balance_batch``: with BiCC, balances on the conditioned lengths the
+  update sees; with ConSPO, balances whole groups over the data-parallel
   ranks (verl balances rows, which splits groups), after checking the settings
   that keep every micro-batch made of whole groups.
 
 Not supported with these features: multi-modal rows (BiCC rebuilds 1-D
 position ids), multi-output agent loops (one row per session), rewards with
 an in-reward KL penalty (``algorithm.use_kl_in_reward``) for the RCC/ConSPO
-estimators, rollout-correction weights with the ``crlvr_*`` losses.
+estimators, rollout-correction weights with the ``crlvr_*`` losses,
+``bicc_mix < 1`` (docs/scale-out.md, "Refused at start").
 """
 
 from __future__ import annotations
@@ -43,11 +52,19 @@ from verl.utils.seqlen_balancing import (
 )
 from verl.workers.utils.padding import response_to_nested
 
-from ...algorithms import BiCCTemplate, collapse_rate
+from ...algorithms import collapse_rate, context_budget
+from ...algorithms.bicc_rows import (
+    BiCCRowBuilder,
+    chat_renderer,
+    end_token_ids,
+    is_chat,
+    template_encoder,
+    text_decoder,
+)
 from .advantages import ESTIMATORS, EstimatorSpec
 from .config import CrlvrPolicyLossConfig
-from .groups import bicc_rows, check_conspo_layout, group_rows, whole_group_order
-from .losses import CONSPO_LOSS
+from .groups import BiCCRows, bicc_rows, check_conspo_layout, group_rows, whole_group_order
+from .losses import CONSPO_LOSS, PREFIX
 
 TRAINER_NAME = "crlvr_sync"
 
@@ -71,7 +88,10 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
 
     Raises ``ValueError`` naming the setting when ConSPO's loss and estimator
     are not paired, when RCC has no reference policy, when ConSPO's micro-batches
-    could split a group, or when BiCC's consistent mode meets rollout bypass mode.
+    could split a group, when a rollout correction cannot be honoured
+    (:func:`check_rollout_correction`), when ``use_prefix_grouper`` is set (inert
+    here), when BiCC's consistent mode meets rollout bypass mode, or when a dynamic
+    batch size's token limit cannot hold a conditioned row (:func:`check_bicc_token_limits`).
     """
     actor = config.actor_rollout_ref.actor
     loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
@@ -100,13 +120,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
                 f"algorithm.adv_estimator={estimator.name!r} does not support "
                 "algorithm.use_kl_in_reward=True; use actor.use_kl_loss for the KL term"
             )
-        correction = config.algorithm.get("rollout_correction", None) or {}
-        if correction.get("rollout_is") or correction.get("rollout_rs"):
-            # crlvr_sync computes these advantages itself, without verl's correction step.
-            raise ValueError(
-                f"algorithm.adv_estimator={estimator.name!r} does not support "
-                "algorithm.rollout_correction.rollout_is / rollout_rs; set them to null"
-            )
+    check_rollout_correction(config, estimator, loss_mode)
     if contrastive:
         check_conspo_layout(
             group_size=int(config.actor_rollout_ref.rollout.n),
@@ -115,15 +129,126 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
             micro_batch_size_per_gpu=actor.get("ppo_micro_batch_size_per_gpu"),
             mini_batch_size=int(actor.ppo_mini_batch_size),
         )
+    if bool(actor.get("use_prefix_grouper", False)):
+        # verl reads it in its legacy RayPPOTrainer only; the v1 engine workers ignore it.
+        raise ValueError(
+            "actor_rollout_ref.actor.use_prefix_grouper=True does nothing under "
+            f"trainer.v1.trainer_mode={TRAINER_NAME} (verl's v1 engine workers do not read "
+            "it); set it to false (docs/scale-out.md)"
+        )
     options = crlvr_options(config)
     if options.bicc and options.bicc_ratio == "consistent":
-        correction = config.algorithm.get("rollout_correction", None)
-        if correction is not None and correction.get("bypass_mode", False):
+        if _rollout_correction(config).get("bypass_mode", False):
             raise ValueError(
                 "policy_loss.bicc_ratio='consistent' recomputes the old log-probs on the "
                 "conditioned prompt; it cannot run with algorithm.rollout_correction.bypass_mode"
             )
+    if options.bicc:
+        check_bicc_token_limits(config, options)
     return options
+
+
+def _rollout_correction(config: DictConfig) -> Any:
+    return config.algorithm.get("rollout_correction", None) or {}
+
+
+def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None, loss_mode: str):
+    """Refuse the vLLM rollout corrections a ``crlvr_*`` estimator or loss cannot take.
+
+    - IS weights / rejection sampling with an estimator ``crlvr_sync`` computes itself
+      (RCC, ConSPO): it skips verl's correction step, so they would be dropped;
+    - IS weights with a ``crlvr_*`` loss: the loss cannot apply them (it would raise in
+      the worker at the first update);
+    - bypass mode with RCC: old_log_probs become vLLM's rollout log-probs, so delta
+      would be ``log pi_vllm - log pi_ref``, not the policy's shift.
+    """
+    correction = _rollout_correction(config)
+    own = estimator is not None and (estimator.needs_ref or estimator.contrastive)
+    if own and (correction.get("rollout_is") or correction.get("rollout_rs")):
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator.name!r} does not support "
+            "algorithm.rollout_correction.rollout_is / rollout_rs; set them to null"
+        )
+    if str(loss_mode).startswith(PREFIX) and correction.get("rollout_is"):
+        raise ValueError(
+            f"policy_loss.loss_mode={loss_mode!r} does not apply rollout-correction "
+            "importance weights; set algorithm.rollout_correction.rollout_is=null (or use a "
+            "verl built-in loss)"
+        )
+    if estimator is not None and estimator.needs_ref and correction.get("bypass_mode", False):
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator.name!r} takes RCC's delta = log pi_old - "
+            "log pi_ref from old_log_probs; algorithm.rollout_correction.bypass_mode=True "
+            "makes them vLLM's rollout log-probs, so delta would not be the policy's shift; "
+            "set bypass_mode=false"
+        )
+
+
+def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
+    """Whether the KL term's reference is recomputed on the conditioned prompt: the
+    consistent ratio mode with a KL loss, as the TRL path does with ``beta > 0``."""
+    actor = config.actor_rollout_ref.actor
+    return (
+        options.bicc
+        and options.bicc_ratio == "consistent"
+        and bool(actor.get("use_kl_loss", False))
+        and float(actor.get("kl_loss_coef", 0.0)) > 0
+    )
+
+
+def bicc_token_limits(config: DictConfig, options: CrlvrPolicyLossConfig) -> dict[str, int]:
+    """The token limits per micro-batch that conditioned rows pass through, by setting name:
+    the actor update's with dynamic batch size, and in the consistent mode the old
+    (and, with a conditioned reference, the reference) log-prob passes' (verl's
+    ``max_token_len_per_gpu x ulysses_sequence_parallel_size``)."""
+    arr = config.actor_rollout_ref
+    sp = int(
+        (arr.actor.get("fsdp_config", None) or {}).get("ulysses_sequence_parallel_size", None)
+        or arr.actor.get("ulysses_sequence_parallel_size", 1)
+        or 1
+    )
+    limits: dict[str, int] = {}
+    if arr.actor.get("use_dynamic_bsz", False):
+        limits["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = (
+            int(arr.actor.ppo_max_token_len_per_gpu) * sp
+        )
+    passes = []
+    if options.bicc_ratio == "consistent":
+        passes.append(("rollout", arr.get("rollout", None)))
+    if conditioned_reference(config, options):
+        passes.append(("ref", arr.get("ref", None)))
+    for name, section in passes:
+        if section is not None and section.get("log_prob_use_dynamic_bsz", False):
+            key = f"actor_rollout_ref.{name}.log_prob_max_token_len_per_gpu"
+            limits[key] = int(section.log_prob_max_token_len_per_gpu) * sp
+    return limits
+
+
+def longest_conditioned_row(config: DictConfig, options: CrlvrPolicyLossConfig) -> int:
+    """Prompt + context + response tokens of the longest row BiCC can build: the
+    longest prompt ``data.max_prompt_length`` with the largest context budget."""
+    prompt, response = int(config.data.max_prompt_length), int(config.data.max_response_length)
+    budget = context_budget(
+        options.bicc_context_ratio,
+        longest_prompt=prompt,
+        max_completion_length=response,
+        max_seq_len=options.bicc_max_seq_len,
+    )
+    return prompt + budget + response
+
+
+def check_bicc_token_limits(config: DictConfig, options: CrlvrPolicyLossConfig) -> None:
+    """Refuse a dynamic batch size whose token limit cannot hold a conditioned row (verl
+    would assert ``max_token_len >= max_seq_len`` inside a worker, mid-run)."""
+    longest = longest_conditioned_row(config, options)
+    for key, limit in bicc_token_limits(config, options).items():
+        if limit < longest:
+            raise ValueError(
+                f"{key} gives {limit} tokens per micro-batch, but a BiCC row can reach "
+                f"{longest} (data.max_prompt_length + context budget + "
+                "data.max_response_length); raise it to at least "
+                f"{longest} or lower policy_loss.bicc_context_ratio / bicc_max_seq_len"
+            )
 
 
 @register_trainer(TRAINER_NAME)
@@ -204,6 +329,7 @@ class CrlvrTrainer(PPOTrainerSync):
                 ref_log_prob=padded["ref_log_prob"],
                 rcc_coef=opts.rcc_coef,
                 rcc_delta=opts.rcc_delta,
+                rcc_bound=opts.rcc_bound,
             )
         if spec.contrastive:
             kwargs.update(
@@ -223,6 +349,72 @@ class CrlvrTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ BiCC
 
+    def _init_tokenizer(self) -> None:
+        """verl's, keeping what BiCC's rows need from the model config as the TRL path
+        does: every EOS id of the generation config (stripped from quoted attempts) and
+        the model's window (which caps the context budget)."""
+        model_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.model)
+        self.tokenizer = model_config.tokenizer
+        self.processor = model_config.processor
+        generation = getattr(model_config, "generation_config", None)
+        self.end_token_ids = end_token_ids(
+            self.tokenizer.eos_token_id, getattr(generation, "eos_token_id", None)
+        )
+        hf_config = getattr(model_config, "hf_config", None)
+        self.max_positions = getattr(hf_config, "max_position_embeddings", None)
+
+    def _bicc_builder(self) -> BiCCRowBuilder:
+        """The TRL stage's row builder with this run's settings (policy_loss.bicc_*)."""
+        opts, tokenizer = self.crlvr, self.tokenizer
+        group_size = int(self.config.actor_rollout_ref.rollout.n)
+        ends = getattr(self, "end_token_ids", None) or [tokenizer.eos_token_id]
+        strip = {t for t in (*ends, tokenizer.pad_token_id) if t is not None}
+        return BiCCRowBuilder(
+            template=opts.bicc_template.encode(template_encoder(tokenizer), group_size),
+            context_ratio=opts.bicc_context_ratio,
+            max_seq_len=opts.bicc_max_seq_len,
+            max_completion_length=int(self.config.data.max_response_length),
+            truncation=opts.bicc_truncation,
+            placement=opts.bicc_placement,
+            threshold=opts.threshold,
+            strip_token_ids=frozenset(strip),
+        )
+
+    def _bicc_rows(self, batch: KVBatchMeta) -> BiCCRows:
+        """Every row's conditioned prompt, built from TransferQueue's fields of ``batch``."""
+        builder = self._bicc_builder()
+        fields = ["prompts", "responses", "rm_scores"]
+        chat = builder.placement not in ("after_prompt", "before_prompt")
+        if chat:
+            fields.append("raw_prompt")  # verl's chat messages of each row
+        got = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        # raw_prompt comes back as lists, a non-tensor stack or numpy object arrays of
+        # message dicts, depending on TransferQueue's backend: make each a list.
+        messages = [list(m) for m in got["raw_prompt"]] if chat else None
+        if messages is not None and not all(is_chat(m) for m in messages):
+            messages = None  # text prompts: auto means after_prompt, user_turn raises
+        tokenizer = self.tokenizer
+        kwargs = self.config.data.get("apply_chat_template_kwargs", None)
+        return bicc_rows(
+            list(got["prompts"].unbind()),
+            list(got["responses"].unbind()),
+            torch.stack([r.sum() for r in got["rm_scores"].unbind()]).float(),
+            # verl's padding rows (one shared uid) are no group: they keep their prompt
+            # and do not count for the budget, as on TRL where they do not exist.
+            [
+                f"padding/{i}" if tag.get("is_padding", False) else group_id(key)
+                for i, (key, tag) in enumerate(zip(batch.keys, batch.tags, strict=True))
+            ],
+            builder,
+            pad_token_id=tokenizer.pad_token_id,
+            max_positions=getattr(self, "max_positions", None),
+            messages=messages,
+            render=chat_renderer(tokenizer, dict(kwargs) if kwargs else None),
+            decode=text_decoder(tokenizer),
+        )
+
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         if not self.crlvr.bicc:
             return super()._update_actor(batch, metrics)
@@ -232,51 +424,47 @@ class CrlvrTrainer(PPOTrainerSync):
                 # The recomputation's own entropy metric would describe the conditioned
                 # prompts; the step keeps the one of the plain rollout.
                 self._compute_old_log_prob(batch, metrics={})
+                if conditioned_reference(self.config, self.crlvr):
+                    # The KL term compares with the reference on the same prompt (TRL:
+                    # consistent mode with beta > 0).
+                    self._compute_ref_log_prob(batch, metrics={})
             return super()._update_actor(batch, metrics)
         finally:
             self._restore(batch, plain)
 
     def _condition_on_opposite(self, batch: KVBatchMeta, metrics: dict) -> dict[str, Any]:
         """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the plain rows."""
-        fields = ["prompts", "responses", "input_ids", "position_ids", "rm_scores"]
+        fields = ["prompts", "input_ids", "position_ids"]
         if self.crlvr.bicc_ratio == "consistent":
-            fields.append("old_log_probs")
+            fields += ["old_log_probs", "entropy"]
+        if conditioned_reference(self.config, self.crlvr):
+            fields.append("ref_log_prob")
         data = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=[*fields, "responses"]
         )
-        prompts = list(data["prompts"].unbind())
-        responses = list(data["responses"].unbind())
         if any(p.dim() != 1 for p in data["position_ids"].unbind()):
             raise ValueError("BiCC on verl supports text-only rows (1-D position ids)")
-        rewards = torch.stack([r.sum() for r in data["rm_scores"].unbind()]).float()
-        tokenizer = self.tokenizer
-        group_size = int(self.config.actor_rollout_ref.rollout.n)
-        template = BiCCTemplate().encode(
-            lambda text: tokenizer.encode(text, add_special_tokens=False), group_size
-        )
-        strip = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
-        rows = bicc_rows(
-            prompts,
-            responses,
-            rewards,
-            [group_id(k) for k in batch.keys],
-            template,
-            max_seq_len=int(self.config.data.max_prompt_length)
-            + int(self.config.data.max_response_length),
-            pad_token_id=tokenizer.pad_token_id,
-            context_ratio=self.crlvr.bicc_context_ratio,
-            threshold=self.crlvr.threshold,
-            truncation=self.crlvr.bicc_truncation,
-            strip_token_ids=strip,
-        )
-        plain = {
-            "fields": data.select(*[f for f in fields if f not in ("responses", "rm_scores")]),
-            "tags": [dict(tag) for tag in batch.tags],
-        }
+        responses = list(data["responses"].unbind())
+        rows = self._bicc_rows(batch)
+        self._check_row_lengths(rows, responses)
+        plain = {"fields": data.select(*fields), "tags": [dict(tag) for tag in batch.tags]}
         self._put_rows(batch, rows.prompts, responses)
         metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
         metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()
         return plain
+
+    def _check_row_lengths(self, rows: BiCCRows, responses: list[torch.Tensor]) -> None:
+        """A conditioned row longer than a dynamic batch's token limit fails here, naming
+        the setting, instead of in verl's micro-batching assertion inside a worker (the
+        user-turn placement re-tokenises the attempts, which the start check bounds only
+        approximately)."""
+        longest = max(len(p) + len(r) for p, r in zip(rows.prompts, responses, strict=True))
+        for key, limit in bicc_token_limits(self.config, self.crlvr).items():
+            if longest > limit:
+                raise ValueError(
+                    f"a BiCC row has {longest} tokens, more than {key}={limit} holds; raise "
+                    "it or lower policy_loss.bicc_context_ratio / bicc_max_seq_len"
+                )
 
     def _put_rows(self, batch: KVBatchMeta, prompts: list[torch.Tensor], responses: list) -> None:
         """Write prompts, input ids, position ids and length tags of every row."""
@@ -309,6 +497,28 @@ class CrlvrTrainer(PPOTrainerSync):
     # ------------------------------------------------------------------ ConSPO groups
 
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        if not self.crlvr.bicc:
+            return self._balance(batch, metrics, logging_prefix, keep_minibatch)
+        # Balance on the lengths the actor's update will see: the conditioned rows (the
+        # old / reference passes run on the plain ones). Only the local tags change, and
+        # only for the balancing.
+        added = self._bicc_rows(batch).context_tokens.tolist()
+        plain = {key: tag["seq_len"] for key, tag in zip(batch.keys, batch.tags, strict=True)}
+        for tag, extra in zip(batch.tags, added, strict=True):
+            tag["seq_len"] = tag["seq_len"] + extra
+        balanced = batch
+        try:
+            balanced = self._balance(batch, metrics, logging_prefix, keep_minibatch)
+            return balanced
+        finally:
+            # verl's padding may return a new batch object; put the plain lengths on both.
+            for meta in {id(batch): batch, id(balanced): balanced}.values():
+                for key, tag in zip(meta.keys, meta.tags, strict=True):
+                    if key in plain:
+                        tag["seq_len"] = plain[key]
+
+    def _balance(self, batch, metrics, logging_prefix, keep_minibatch):  # noqa: ANN001, ANN202
+        """verl's balance, or with ConSPO whole groups over the data-parallel ranks."""
         if not self._conspo:
             return super()._balance_batch(batch, metrics, logging_prefix, keep_minibatch)
         dp_size = self._actor_dp_size()

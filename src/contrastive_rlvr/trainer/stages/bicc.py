@@ -11,8 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from trl.data_utils import is_conversational
 
-from ...algorithms import build_bicc_prompts, context_budget
-from ...algorithms.bicc import resolve_placement
+from ...algorithms.bicc_rows import BiCCRowBuilder
 from ...algorithms.ops import group_view
 from ..batching import unpad
 from .base import Batch, StageContext
@@ -78,11 +77,19 @@ class ConditionedPrompts:
         reference_kl: bool,
         render_chat: RenderChat | None = None,
     ) -> None:
-        self.template, self.ratio_mode = template, ratio_mode
-        self.context_ratio, self.max_seq_len = context_ratio, max_seq_len
-        self.max_completion_length = max_completion_length
-        self.truncation, self.placement, self.threshold = truncation, placement, threshold
-        self.strip_token_ids = set(strip_token_ids)
+        self.ratio_mode = ratio_mode
+        # The one definition of a conditioned row, shared with the verl trainer.
+        self.rows = BiCCRowBuilder(
+            template=template,
+            context_ratio=context_ratio,
+            max_seq_len=max_seq_len,
+            max_completion_length=max_completion_length,
+            truncation=truncation,
+            placement=placement,
+            threshold=threshold,
+            strip_token_ids=frozenset(strip_token_ids),
+        )
+        self.threshold = threshold
         self.keep_plain, self.reference_kl = keep_plain, reference_kl
         self.render_chat = render_chat
         self._warned_empty = False
@@ -91,33 +98,20 @@ class ConditionedPrompts:
 
     def budget(self, longest_prompt: int, max_positions: int | None) -> int:
         """Tokens the context may add to a prompt (see the class docstring)."""
-        return context_budget(
-            self.context_ratio,
-            longest_prompt=longest_prompt,
-            max_completion_length=self.max_completion_length,
-            max_seq_len=self.max_seq_len,
-            max_positions=max_positions,
-        )
+        return self.rows.budget(longest_prompt, max_positions)
 
     def __call__(self, batch: Batch, ctx: StageContext) -> Batch:
         out = batch.data
         prompt_lists = ctx.gather_object(unpad(out["prompt_ids"], out["prompt_mask"]))
         completion_lists = ctx.gather_object(unpad(out["completion_ids"], out["completion_mask"]))
-        budget = self.budget(max(map(len, prompt_lists)), ctx.max_positions)
-        built = build_bicc_prompts(
+        built, budget = self.rows.build(
             prompt_lists,
             completion_lists,
             batch.rewards.cpu(),
             ctx.group_size,
-            self.template,
-            budget=budget,
             pad_token_id=ctx.tokenizer.pad_token_id,
-            context_ratio=self.context_ratio,
-            threshold=self.threshold,
-            truncation=self.truncation,
-            placement=self.placement,
-            strip_token_ids=self.strip_token_ids,
-            **self._chat_inputs(batch, ctx, prompt_lists),
+            max_positions=ctx.max_positions,
+            **self._chat_inputs(batch, ctx),
         )
         self._warn_if_nothing_fits(batch, ctx, built.conditioned, budget)
         device = out["prompt_ids"].device
@@ -131,12 +125,13 @@ class ConditionedPrompts:
         self._set_ratio_logps(batch, ctx)
         return batch
 
-    def _chat_inputs(self, batch: Batch, ctx: StageContext, prompt_lists: list) -> dict:
-        """``prompt_messages``, ``decode`` and ``render`` for the user-turn placement; {} when
-        the prompts are text or the placement is a token-level one."""
+    def _chat_inputs(self, batch: Batch, ctx: StageContext) -> dict:
+        """The gathered prompt messages, the rendering and the decoding for the user-turn
+        placement (the builder checks the rendering); {} for text prompts or a token-level
+        placement."""
         rows = batch.data["prompt_ids"].size(0)
         chat = bool(batch.prompts) and is_conversational(batch.prompts[0])
-        if resolve_placement(self.placement, chat) != "user_turn":
+        if not self.rows.needs_chat(chat):
             return {}
         if len(batch.prompts) != rows:
             raise RuntimeError(
@@ -144,25 +139,9 @@ class ConditionedPrompts:
                 "prompt messages (a stage that replaced rows did not update batch.prompts); "
                 "use bicc_placement=after_prompt"
             )
-        if self.render_chat is None:
-            raise ValueError(
-                "BiCC user_turn placement needs the chat template's rendering (render_chat); "
-                "use bicc_placement=after_prompt"
-            )
-        messages = ctx.gather_object([row["prompt"] for row in batch.prompts])
-        # The attempts must land in the conversation the prompt ids came from: check the
-        # rendering against the first row's prompt (tools, template and kwargs included).
-        rendered = list(self.render_chat([dict(m) for m in messages[0]]))
-        if rendered != prompt_lists[0]:
-            raise ValueError(
-                "BiCC user_turn placement: rendering the prompt's messages gives "
-                f"{len(rendered)} tokens that differ from the {len(prompt_lists[0])} prompt "
-                "tokens generated from (another chat template, tools or a truncated prompt); "
-                "use bicc_placement=after_prompt"
-            )
         tokenizer = ctx.tokenizer
         return dict(
-            prompt_messages=messages,
+            messages=ctx.gather_object([row["prompt"] for row in batch.prompts]),
             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
             render=self.render_chat,
         )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...algorithms.bicc_rows import chat_renderer, template_encoder
 from ..diagnostics import reads_batch_delta
 from ..seed_inputs import build_process_scorer
 from ..trl_settings import effective_recipe, keeps_trl_advantages
@@ -61,19 +62,9 @@ class RunFacts:
 
 def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # noqa: ANN001, ANN201
     """Chat messages -> token ids with the tokenizer's chat template and the generation
-    header (TRL's rendering of a prompt without tools); None if the tokenizer has none."""
-    if not hasattr(tokenizer, "apply_chat_template"):
-        return None
-    kwargs = dict(chat_template_kwargs or {})
-
-    def render(messages: list[dict]) -> list[int]:
-        return list(
-            tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
-            )
-        )
-
-    return render
+    header (TRL's rendering of a prompt without tools); None if the tokenizer has none.
+    The verl trainer renders with the same function (:func:`chat_renderer`)."""
+    return chat_renderer(tokenizer, chat_template_kwargs)
 
 
 def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:  # noqa: ANN001
@@ -215,10 +206,7 @@ def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]
 
 def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: ANN001
     tokenizer = facts.tokenizer
-    template = cfg.bicc_template.encode(
-        lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
-        max_items=facts.group_size,
-    )
+    template = cfg.bicc_template.encode(template_encoder(tokenizer), max_items=facts.group_size)
     strip = {t for t in (*facts.eos_token_ids, tokenizer.pad_token_id) if t is not None}
     return ConditionedPrompts(
         template,
