@@ -167,3 +167,21 @@ def test_each_benchmarks_script_the_docs_invoke_starts_and_parses_its_options():
 @pytest.mark.parametrize("name", ["grpo", "gspo"])
 def test_recipe_table_parse_is_not_vacuous(name):
     assert name in _recipe_table_names()
+
+
+def test_formula_reference_is_inside_the_repository_and_names_every_recipe():
+    assert "../shared/" not in README  # nothing a clone lacks
+    text = (ROOT / "docs" / "algorithms.md").read_text()
+    assert "(docs/algorithms.md)" in README
+    for name in RECIPES:
+        assert f"`{name}`" in text, name
+    # the defaults it states are the code's
+    from contrastive_rlvr.algorithms.losses import POLICY_LOSSES
+
+    for name in ("grpo", "dr_grpo", "dapo", "gspo", "gmpo"):
+        spec = POLICY_LOSSES[name].defaults
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+        cells = [c.strip() for c in row.split("|")]
+        clip = [float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", cells[3])]
+        assert clip == pytest.approx([spec["clip_low"], spec["clip_high"]]), (name, row)
+        assert float(cells[5]) == pytest.approx(RECIPES[name].beta), (name, row)
