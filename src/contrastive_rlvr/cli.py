@@ -255,7 +255,17 @@ def plot(
 def eval_command(
     model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
     benchmarks: str = typer.Option(
-        "math500", "--benchmarks", help="Comma-separated: math500,amc23,aime24,aime25,gsm8k."
+        "math500",
+        "--benchmarks",
+        help="Comma-separated names (math500,amc23,aime24,aime25,gsm8k; math500 and gsm8k "
+        "ship with the package) or files (PATH.jsonl or NAME=PATH).",
+    ),
+    benchmark_fields: str | None = typer.Option(
+        None,
+        "--benchmark-fields",
+        "--benchmark_fields",
+        help="Fields of the benchmark files: prompt=question,answer=answer,id=qid,format=gsm8k "
+        "(unset: detected).",
     ),
     n: int = typer.Option(32, "--n", help="Samples per problem (seeds 0..n-1)."),
     limit: int | None = typer.Option(None, "--limit", help="First N problems per benchmark."),
@@ -272,7 +282,11 @@ def eval_command(
         Path("eval_results"), "--output-dir", "--output_dir", help="Folder of the results."
     ),
     benchmarks_dir: Path | None = typer.Option(
-        None, "--benchmarks-dir", "--benchmarks_dir", help="Folder of benchmark jsonl files."
+        None,
+        "--benchmarks-dir",
+        "--benchmarks_dir",
+        help="Folder of benchmark jsonl files (amc23, aime24, aime25 offline; its copy of "
+        "math500 or gsm8k wins over the packaged one).",
     ),
     last_number_fallback: bool = typer.Option(
         False,
@@ -288,6 +302,7 @@ def eval_command(
         EvalConfig,
         model=model,
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+        benchmark_fields=benchmark_fields,
         n=n,
         limit=limit,
         max_new_tokens=max_new_tokens,

@@ -72,7 +72,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         WarmStartConfig,
         arithmetic_reward,
         build_embedded_default,
-        heldout_accuracy,
+        heldout_correctness,
         load_char_tokenizer,
         make_datasets,
     )
@@ -119,8 +119,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
 
-    def evaluate(m) -> float:
-        return heldout_accuracy(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
+    def evaluate(m) -> list[list[bool]]:
+        return heldout_correctness(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
 
     return dict(
         model=model,
@@ -276,11 +276,11 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
 def _heldout_evaluator(
     config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool
 ):
-    """avg@n of the first reward on ``heldout``: each prompt rendered as TRL renders it (its
-    chat template once, with ``chat_template_kwargs``), and the reward called as TRL calls it
-    (the raw prompt, the completion as a message list for a conversation, every other column
-    as a keyword argument)."""
-    from ..algorithms import avg_at_n
+    """Per held-out problem, which of its eval_n samples the first reward scores correct
+    (summary.json takes avg@n and its interval from it): each prompt rendered as TRL
+    renders it (its chat template once, with ``chat_template_kwargs``), and the reward
+    called as TRL calls it (the raw prompt, the completion as a message list for a
+    conversation, every other column as a keyword argument)."""
     from ..evaluation.generate import HFGenerator
 
     template_kwargs = config.chat_template_kwargs or {}
@@ -297,7 +297,7 @@ def _heldout_evaluator(
     ]
     columns = [c for c in heldout.column_names if c != "prompt"]
 
-    def evaluate(m) -> float:
+    def evaluate(m) -> list[list[bool]]:
         gen = HFGenerator(
             m,
             tokenizer,
@@ -318,7 +318,7 @@ def _heldout_evaluator(
             scores = reward([prompts[i]] * n, completions, **extra)
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
-        return avg_at_n(correct)
+        return correct
 
     return evaluate
 
@@ -516,6 +516,27 @@ def _any_step_scored(metrics_file: Path, first: int) -> bool:
     return not rows or any(isinstance(r.get("reward"), int | float) for r in rows)
 
 
+def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
+    """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
+    records with it: the counts behind it and its bootstrap interval over problems."""
+    from ..algorithms import avg_at_n
+    from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+
+    value = avg_at_n(correct)
+    ci = bootstrap_mean_ci([sum(row) / len(row) for row in correct])
+    counts = {
+        "problems": len(correct),
+        "samples": sum(len(row) for row in correct),
+        "correct": sum(sum(row) for row in correct),
+        "avg_at_n": value,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "level": ci.level,
+        "interval": BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+    }
+    return value, counts
+
+
 def _extends(config: RLVRConfig, summary: dict) -> bool:
     """Whether ``config`` asks for more steps than the finished run ``summary`` made."""
     steps = summary.get("steps")
@@ -546,7 +567,7 @@ def _distributed_state(config: RLVRConfig):  # noqa: ANN202
     return config.distributed_state
 
 
-def _on_main(state: Any, evaluate: Any, model: Any) -> float:
+def _on_main(state: Any, evaluate: Any, model: Any) -> Any:
     """The held-out evaluation once, on the main process; every process gets its value."""
     value = evaluate(model) if state.is_main_process else None
     if state.num_processes > 1:
@@ -637,6 +658,8 @@ def _train_locked(
     trainer.create_model_card()
     trainer.save_model(str(out))
     after = _on_main(state, parts["evaluate"], trainer.model)
+    before, before_counts = heldout_score(before)
+    after, after_counts = heldout_score(after)
     summary = {
         "recipe": config.recipe,
         "bicc": config.bicc,
@@ -646,6 +669,8 @@ def _train_locked(
         "heldout_avg@n_before": before,
         "heldout_avg@n_after": after,
         "eval_n": config.eval_n,
+        "heldout_before": before_counts,
+        "heldout_after": after_counts,
         "nonfinite_losses": trainer.nonfinite_losses,
         "skipped_updates": trainer.skipped_updates,
         "rolled_back_updates": update_guard.rolled_back,
