@@ -33,8 +33,10 @@ other. Without generation (reward scoring, which every arm shares, is left out):
 GRPO = plain + optimizer; RCC today = plain + nograd_policy + nograd_ref +
 optimizer; RCC with delta from a pass the step makes (the trainer's
 ``rcc_delta_pass='auto'``) = plain + nograd_ref + optimizer; BiCC (paper ratio mode)
-= bicc_packed + nograd_policy + optimizer. With the ``generate`` arm, the same sums
-plus generate.
+= bicc_packed + nograd_policy + optimizer; GRPO with ``beta > 0`` = plain + nograd_ref +
+optimizer, its reference forward made once (TRL's scoring pass, reused by the log-prob
+stage; a second pass would add another nograd_ref: the ratio ``grpo+kl, reference
+once/twice``). With the ``generate`` arm, the same sums plus generate.
 
 Peak memory of each loss phase: on CUDA ``torch.cuda.max_memory_allocated``
 above the memory allocated before it; on CPU the peak resident set size above
@@ -469,6 +471,10 @@ def steps(t: dict[str, float], phases: dict[str, float]) -> dict[str, float]:
             / grpo,
             f"bicc_packed/plain, paper ratio mode{suffix}": (bicc + phases["nograd_policy"]) / grpo,
             f"bicc_packed/plain, consistent ratio mode{suffix}": bicc / grpo,
+            # beta > 0: the KL's reference forward once (TRL's scoring pass, which the
+            # log-prob stage reuses) against the same forward made again by the stage.
+            f"grpo+kl, reference once/twice{suffix}": (grpo + phases["nograd_ref"])
+            / (grpo + 2 * phases["nograd_ref"]),
         }
     return out
 

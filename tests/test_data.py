@@ -113,8 +113,8 @@ def test_limit_and_missing_sources(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
         load_prompts("someone/some-dataset")
     with pytest.raises(ValueError, match="unsupported file type"):
-        (tmp_path / "x.csv").write_text("a,b\n")
-        load_prompts(tmp_path / "x.csv")
+        (tmp_path / "x.txt").write_text("a,b\n")
+        load_prompts(tmp_path / "x.txt")
 
 
 # ---------------------------------------------------------------- encodings

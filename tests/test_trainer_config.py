@@ -71,7 +71,9 @@ def test_yaml_unknown_key_and_bad_value(tmp_path):
     with pytest.raises(ValueError, match="bicc_ratio"):
         load_yaml(bad)
     wrong = tmp_path / "wrong.yaml"
-    wrong.write_text(f"output_dir: {tmp_path}\nbicc_context_ratio: 2.0\nreport_to: none\n")
+    wrong.write_text(
+        f"model: embedded\noutput_dir: {tmp_path}\nbicc_context_ratio: 2.0\nreport_to: none\n"
+    )
     with pytest.raises(ValueError, match="bicc_context_ratio"):
         parse_config(wrong, [])
     with pytest.raises(ValueError, match="does not exist"):

@@ -2,11 +2,18 @@
 
 Every source becomes a :class:`datasets.Dataset` with the columns ``id``,
 ``prompt`` and ``answer`` (a string), which is what the trainer and
-:class:`~contrastive_rlvr.rewards.MathVerifyReward` expect.
+:class:`~contrastive_rlvr.rewards.MathVerifyReward` expect, plus every other
+column of the source unchanged: TRL hands each column to the reward functions
+as a keyword argument, and the stages (OC-GRPO's ``solution``) read them.
 
 Field mapping: the prompt comes from ``prompt_field`` or else the first of
-``prompt``, ``problem``, ``question`` that a row has; the answer from
-``answer_field`` or else ``answer``, ``final_answer``, ``target``. Answers
+``prompt``, ``messages``, ``problem``, ``question`` that a row has; the answer
+from ``answer_field`` or else ``answer``, ``final_answer``, ``target``. A
+prompt is either a string (TRL's standard format) or a list of
+``{"role", "content"}`` messages (TRL's conversational format, system turns
+and all); from a ``messages`` conversation the trailing assistant turns are
+dropped (they are the reply, not the prompt). The chat template is not applied
+here: TRL applies it once, when it tokenizes the batch. Answers
 written as GSM8K solutions (reasoning, then ``#### 18``) are reduced to the
 number after ``####`` (``answer_format="auto"`` does so when the marker is
 there, ``"gsm8k"`` requires it, ``"plain"`` never does).
@@ -38,7 +45,7 @@ from .rewards.extract import normalize_answer
 
 logger = logging.getLogger(__name__)
 
-PROMPT_FIELDS: tuple[str, ...] = ("prompt", "problem", "question")
+PROMPT_FIELDS: tuple[str, ...] = ("prompt", "messages", "problem", "question")
 ANSWER_FIELDS: tuple[str, ...] = ("answer", "final_answer", "target")
 AnswerFormat = Literal["auto", "gsm8k", "plain"]
 ANSWER_FORMATS: tuple[str, ...] = ("auto", "gsm8k", "plain")
@@ -116,6 +123,12 @@ def row_to_example(
                 f"{where}: missing field {field!r}{hint}; row has fields {sorted(row)}"
             )
     prompt = _check_prompt(row[p_field], p_field, where)
+    if p_field == "messages" and isinstance(prompt, list):
+        # A whole conversation: the prompt is what comes before the assistant's reply.
+        while prompt and prompt[-1]["role"] == "assistant":
+            prompt = prompt[:-1]
+        if not prompt:
+            raise ValueError(f"{where}: field 'messages' holds only assistant turns, no prompt")
     answer = normalize_answer(row[a_field], field=a_field, where=where)
     if answer_format != "plain":
         final = gsm8k_final_answer(answer)
@@ -201,6 +214,23 @@ def _hub_rows(name: str, config: str | None, split: str) -> Iterator[tuple[str, 
         yield f"{name}[{split}] row {i}", row
 
 
+def _csv_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    # datasets' csv builder, as a TRL script would read the file (line 1 is the header).
+    from datasets import load_dataset
+
+    ds = load_dataset("csv", data_files=str(path), split="train")
+    for i, row in enumerate(ds, start=2):
+        yield f"{path} line {i}", row
+
+
+_READERS = {
+    ".jsonl": _jsonl_rows,
+    ".json": _json_rows,
+    ".parquet": _parquet_rows,
+    ".csv": _csv_rows,
+}
+
+
 def _rows(
     source: str | os.PathLike[str], hub_config: str | None, split: str
 ) -> Iterator[tuple[str, Any]]:
@@ -208,11 +238,12 @@ def _rows(
     path = Path(source)
     suffix = "".join(path.suffixes[-1:]).lower()
     if path.exists():
-        readers = {".jsonl": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows}
-        if suffix not in readers:
-            raise ValueError(f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet)")
-        return readers[suffix](path)
-    if suffix in (".jsonl", ".json", ".parquet") or str(source).startswith((".", os.sep)):
+        if suffix not in _READERS:
+            raise ValueError(
+                f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet, .csv)"
+            )
+        return _READERS[suffix](path)
+    if suffix in _READERS or str(source).startswith((".", os.sep)):
         raise ValueError(f"{path}: file not found")
     return _hub_rows(str(source), hub_config, split)
 
@@ -260,7 +291,9 @@ def load_prompts(
                     raise ValueError(f"{where}: missing field {id_field!r}")
                 example["id"] = str(row[id_field])
             else:
-                example["id"] = str(index)
+                example["id"] = str(row["id"]) if "id" in row else str(index)
+            # Every other column passes through as it is (rewards and stages read them).
+            example = {**row, **example}
         except ValueError as e:
             if not skip_bad_rows:
                 raise
@@ -272,6 +305,59 @@ def load_prompts(
         logger.warning("skipped %d bad rows of %s", skipped, source)
     if not examples:
         raise ValueError(f"{source}: no usable rows (skipped {skipped})")
+    kinds = {isinstance(ex["prompt"], str) for ex in examples}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"{source}: some prompts are strings and some are message lists; use one format "
+            "(TRL's standard or conversational) for every row"
+        )
     columns = ["id", "prompt", "answer"]
-    dataset = Dataset.from_list([{c: ex[c] for c in columns} for ex in examples])
+    columns += sorted({c for ex in examples for c in ex} - set(columns))
+    try:
+        dataset = Dataset.from_list([{c: ex.get(c) for c in columns} for ex in examples])
+    except (TypeError, ValueError) as err:  # pyarrow: a column with mixed types
+        raise ValueError(
+            f"{source}: a column holds values of different types in different rows ({err}); "
+            "give each column one type"
+        ) from None
     return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source))
+
+
+def is_conversational_prompt(prompt: Any) -> bool:
+    """Whether ``prompt`` is in TRL's conversational format (a list of messages)."""
+    return isinstance(prompt, list)
+
+
+def resolve_instruction(option: str, conversational: bool) -> str | None:
+    """The text an ``instruction`` option appends (None: nothing): ``auto`` is the
+    box-your-answer instruction for string prompts and nothing for conversational ones,
+    which pass as the user wrote them; ``default`` that instruction; ``none`` nothing."""
+    from .evaluation.generate import DEFAULT_INSTRUCTION
+
+    if option == "auto":
+        return None if conversational else DEFAULT_INSTRUCTION
+    if option == "default":
+        return DEFAULT_INSTRUCTION
+    if option in ("none", ""):
+        return None
+    return option
+
+
+def with_instruction(
+    prompt: str | list[dict[str, Any]], instruction: str | None, *, chat: bool
+) -> str | list[dict[str, Any]]:
+    """The prompt TRL gets: a string prompt with ``instruction`` on a new line, as one user
+    message when ``chat`` (else text ending in a newline); a conversation with
+    ``instruction`` added to its last user turn, every other turn (system ones too) as it was.
+    The chat template is TRL's to apply."""
+    if isinstance(prompt, str):
+        content = f"{prompt}\n{instruction}" if instruction else prompt
+        return [{"role": "user", "content": content}] if chat else f"{content}\n"
+    if not instruction:
+        return prompt
+    users = [i for i, m in enumerate(prompt) if m["role"] == "user"]
+    if not users:
+        raise ValueError(f"instruction given but the conversation has no user turn: {prompt!r}")
+    last = users[-1]
+    turn = {**prompt[last], "content": f"{prompt[last]['content']}\n{instruction}"}
+    return [*prompt[:last], turn, *prompt[last + 1 :]]

@@ -41,14 +41,16 @@ def base_config_for(model: str | None) -> Path:
 
 
 def model_in_args(args: Sequence[str]) -> str | None:
-    """The value of ``--model`` in command-line overrides (``--model X`` or
-    ``--model=X``; the last one wins, as argparse does), or None."""
+    """The value of ``--model`` (or TRL's ``--model_name_or_path``) in command-line
+    overrides (``--model X`` or ``--model=X``; the last one wins, as argparse does), or
+    None."""
     model = None
+    flags = ("--model", "--model_name_or_path", "--model-name-or-path")
     for i, arg in enumerate(args):
-        if arg == "--model":
+        if arg in flags:
             if i + 1 >= len(args):
-                raise ValueError("--model needs a value (a model id, path, .gguf or alias)")
+                raise ValueError(f"{arg} needs a value (a model id, path, .gguf or alias)")
             model = args[i + 1]
-        elif arg.startswith("--model="):
+        elif arg.split("=", 1)[0] in flags and "=" in arg:
             model = arg.split("=", 1)[1]
     return model

@@ -128,4 +128,5 @@ def load_benchmark(
         hub_config=config,
         limit=limit,
     )
-    return loaded.dataset
+    # A benchmark is scored on its answer alone: its other columns are left out.
+    return loaded.dataset.select_columns(["id", "prompt", "answer"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -82,8 +83,11 @@ class EvalConfig:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            # nan would decode greedily and write invalid JSON (NaN) into results.json
+            raise ValueError(
+                f"temperature must be a finite number >= 0 (0: greedy), got {self.temperature}"
+            )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.batch_size < 1:
@@ -222,7 +226,20 @@ def _check_inputs(config: EvalConfig, out_dir: Path, model: Any) -> dict[str, An
     }
     if model is None:
         check_model_path(config.model)
+        problems = _saved_weights_problems(Path(config.model).expanduser())
+        if problems:
+            raise ValueError(f"model={config.model!r}: its weights are not whole: {problems}")
     return datasets
+
+
+def _saved_weights_problems(path: Path) -> str | None:
+    """Why the weights of a saved model folder are truncated or missing (a save cut short
+    by a kill or a full disk), checked from their headers before anything loads."""
+    from ..trainer.checkpoints import weights_problems
+
+    if not path.is_dir():
+        return None
+    return "; ".join(weights_problems(path)) or None
 
 
 def evaluate(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from trl import GRPOConfig
+from trl import GRPOConfig, ModelConfig
 
 from ..algorithms import check_seed_method_compat
 from .config_groups import (
@@ -38,9 +38,13 @@ class RLVRConfig(
     RCCOptions,
     SeedMethodOptions,
     DiagnosticsOptions,
+    ModelConfig,
     GRPOConfig,
 ):
-    """Configuration of a contrastive-rlvr training run (extends ``trl.GRPOConfig``).
+    """Configuration of a contrastive-rlvr training run (extends ``trl.GRPOConfig`` and
+    carries ``trl.ModelConfig``'s fields, so a TRL script's YAML and options work as they
+    are: ``model_name_or_path`` (the same as ``model``), ``dtype``, ``attn_implementation``,
+    ``model_revision``, ``use_peft`` and the ``lora_*`` fields, ``load_in_4bit``/``8bit``).
 
     Fields left ``None`` take the recipe's paper default (see the README's
     recipe table); the resolved values are what ``config.yaml`` in the output
@@ -62,7 +66,9 @@ class RLVRConfig(
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which transformers refuses on a CPU-only machine.
             self.bf16 = torch.cuda.is_available() and not self.use_cpu
-        super().__post_init__()
+        # Both TRL parents' checks (neither calls the other's).
+        ModelConfig.__post_init__(self)
+        GRPOConfig.__post_init__(self)
         self.validate_recipe_layout()
         self.validate_seed_layout()
         self._validate_whole_groups()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
+import types
 import typing
 from importlib import resources
 from pathlib import Path
@@ -49,14 +51,79 @@ def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config f
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{what} {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(err).split())}") from err
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} must hold a mapping of field: value")
     known = {f.name for f in dataclasses.fields(schema)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
+    hints = typing.get_type_hints(schema)
+    for name, value in data.items():
+        if not _fits(value, hints.get(name, typing.Any)):
+            raise ValueError(
+                f"{what} {path}: {name}={value!r} is a {type(value).__name__}, not a "
+                f"{_type_name(hints[name])}"
+            )
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently, so the first value would be ignored without a word)."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key!r} is given twice (lines {seen[key]} and "
+                    f"{key_node.start_mark.line + 1}): keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _fits(value: object, hint: object) -> bool:
+    """Whether a YAML value can be the field's value; a string is left to argparse's own
+    conversion of defaults (YAML reads ``1e-4`` as a string); unknown types pass."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if isinstance(value, str) and hint in (int, float, bool):
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint in (int, float):
+        ok = (int,) if hint is int else (int, float)
+        return isinstance(value, ok) and not isinstance(value, bool)
+    if hint is str or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return isinstance(value, str)
+    if origin in (list, tuple):
+        return isinstance(value, list | tuple) and all(
+            _fits(v, (args or (object,))[0]) for v in value
+        )
+    if origin is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(hint: object) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if hint is type(None):
+        return "null"
+    return getattr(hint, "__name__", str(hint)) if not args else str(hint)
 
 
 def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:
@@ -71,11 +138,28 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
         raise ValueError("base_config is set by the parser; choose the base YAML with --config")
     base = Path(config_file) if config_file else base_config_for(model_in_args(overrides))
     values = load_yaml(base)
+    if config_file:
+        _check_names_a_model(base, values, overrides)
     parser = HfArgumentParser(RLVRConfig)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
     config.base_config = str(base)
     return config
+
+
+def _check_names_a_model(path: Path, values: dict, overrides: list[str]) -> None:
+    """A YAML of TRL's fields that names no model would silently train the embedded toy
+    model (the default of ``model``): refuse it, naming the fix."""
+    if "model" in values or "model_name_or_path" in values or model_in_args(overrides):
+        return
+    ours = {f.name for group in GROUPS for f in dataclasses.fields(group)}
+    trl_keys = sorted(set(values) - ours)
+    if trl_keys:
+        raise ValueError(
+            f"config file {path} sets TRL fields ({', '.join(trl_keys[:4])}) but names no model; "
+            "add model_name_or_path: <id or path> (or --model), or model: embedded for the "
+            "embedded default"
+        )
 
 
 def _argparse_metadata(metadata: typing.Mapping) -> dict:

@@ -20,6 +20,9 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
   run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
+- ``_get_train_sampler``: TRL's sampler, whose ``set_epoch`` catches its generator up
+  to the epoch, so that a run resumed past its first epoch draws the prompt order an
+  uninterrupted one does (:mod:`.epoch_sampler`).
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -28,6 +31,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,8 +41,10 @@ from trl.trainer.utils import get_config_model_id
 
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
+from .epoch_sampler import EpochAlignedSampler
 from .guards import SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
+from .model_card import complete_model_card, methods_on
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .sharing import PromptSharing
@@ -102,6 +108,24 @@ class RLVRTrainer(GRPOTrainer):
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         self.add_callback(SkipNonFiniteUpdates(self))
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+    ) -> None:
+        """TRL's card, naming the base model (TRL writes ``None`` for a local folder), the
+        recipe and the methods on; ``push_to_hub`` writes it through here too."""
+        config: RLVRConfig = self.args
+        extra = ["contrastive-rlvr", config.recipe, *methods_on(config)]
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        super().create_model_card(model_name, dataset_name or config.dataset, tags + extra)
+        if not self.is_world_process_zero():
+            return
+        base = config.model_name_or_path or (config.model if config.model != "embedded" else None)
+        base = base or get_config_model_id(self.accelerator.unwrap_model(self.model).config)
+        complete_model_card(Path(self.args.output_dir) / "README.md", config, str(base))
 
     # ------------------------------------------------------------------ shared plumbing
 
@@ -201,6 +225,10 @@ class RLVRTrainer(GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ TRL hook: rewards
+
+    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
+        sampler = super()._get_train_sampler(dataset)
+        return EpochAlignedSampler.from_sampler(sampler)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe,

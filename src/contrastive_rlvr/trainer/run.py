@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,10 +19,17 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 
 from ..rewards.logging_callback import VerifierCountersCallback
 from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RichProgress
-from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
+from .checkpoints import (
+    config_differences,
+    list_checkpoints,
+    newest_complete_checkpoint,
+    weights_problems,
+)
 from .config import RLVRConfig
 from .diagnostics import diagnostics_callback
-from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, guard_reward
+from .folder_lock import OutputDirLock
+from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, NoTrainingSteps, guard_reward
+from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
 
@@ -32,12 +41,29 @@ CONFIG_FILE = "config.yaml"
 #: Files and folders of a run in its output directory (``sft-model`` is a reusable
 #: warm start, not a run: compare copies it in before the run starts).
 RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
+#: The first line of a config.yaml a run wrote: a config.yaml without it is the user's
+#: own file, which no run replaces or removes.
+RUN_CONFIG_HEADER = "# contrastive-rlvr train: the resolved config of the run in this folder"
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
     """Write every field of the resolved config as YAML (TrainingArguments.to_dict
-    turns enums into their values and hides tokens)."""
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=True))
+    turns enums into their values and hides tokens), under :data:`RUN_CONFIG_HEADER`."""
+    path.write_text(RUN_CONFIG_HEADER + "\n" + yaml.safe_dump(config.to_dict(), sort_keys=True))
+
+
+def _written_by_a_run(path: Path) -> bool:
+    with path.open(errors="replace") as f:
+        return f.readline().rstrip("\n") == RUN_CONFIG_HEADER
+
+
+def warm_start_problems(sft_dir: Path) -> list[str]:
+    """Why ``sft_dir`` is not a whole saved warm start (empty: it is): its config, its
+    settings record and its weights, checked from headers as checkpoints are."""
+    from ..embedded import SETTINGS_FILE
+
+    missing = [n for n in ("config.json", SETTINGS_FILE) if not (sft_dir / n).is_file()]
+    return [f"{n} is missing" for n in missing] + weights_problems(sft_dir)
 
 
 def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
@@ -55,7 +81,11 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
 
     task = TaskConfig(terms=config.embedded_terms)
     sft_dir = out / SFT_DIR
-    if not (sft_dir / "config.json").exists():
+    problems = warm_start_problems(sft_dir) if sft_dir.exists() else ["absent"]
+    if problems != ["absent"] and problems:
+        # A save cut short (disk full, a kill) must not be reused on every rerun.
+        logger.warning("%s is not whole (%s): building it again", sft_dir, "; ".join(problems))
+    if problems:
         settings = EmbeddedSettings(
             seed=config.seed,
             task=task,
@@ -63,7 +93,12 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
             sft=WarmStartConfig(
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
-                context_budget=embedded_sft_context_budget(config),
+                # Read only by a reading warm start (a share of it > 0).
+                context_budget=(
+                    embedded_sft_context_budget(config)
+                    if config.embedded_sft_context_frac > 0
+                    else None
+                ),
                 context_truncation=config.bicc_truncation,
                 context_placement=embedded_sft_context_placement(config),
                 context_max_attempts=max(config.num_generations - 1, 1),
@@ -72,11 +107,16 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_temperature=config.temperature,
             ),
         )
-        build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
+        # Built aside and renamed into place, so that sft-model/ is whole or absent.
+        partial = out / f"{SFT_DIR}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        build_embedded_default(partial, settings=settings, sft_steps=config.embedded_sft_steps)
+        shutil.rmtree(sft_dir, ignore_errors=True)
+        os.replace(partial, sft_dir)
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
-    model = AutoModelForCausalLM.from_pretrained(sft_dir)
+    model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
     train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
@@ -118,13 +158,23 @@ def embedded_sft_context_budget(config: RLVRConfig) -> int:
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
-    return context_budget(
+    budget = context_budget(
         config.bicc_context_ratio,
         longest_prompt=longest,
         max_completion_length=config.max_completion_length,
         max_seq_len=config.bicc_max_seq_len,
         max_positions=DEFAULT_MAX_POSITIONS,
     )
+    if budget < 1:
+        raise UserError(
+            f"embedded_sft_context_frac={config.embedded_sft_context_frac} needs room for "
+            f"BiCC's context, but the longest prompt ({longest} tokens) plus "
+            f"max_completion_length={config.max_completion_length} leave none of "
+            f"bicc_max_seq_len={config.bicc_max_seq_len} (positions "
+            f"{DEFAULT_MAX_POSITIONS}) at bicc_context_ratio={config.bicc_context_ratio}: "
+            "lower max_completion_length or raise bicc_max_seq_len"
+        )
+    return budget
 
 
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
@@ -166,16 +216,21 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
 
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
     """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
-    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training."""
-    from ..algorithms import avg_at_n
-    from ..data import load_prompts
-    from ..evaluation.generate import DEFAULT_INSTRUCTION, HFGenerator, build_prompt
+    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training.
+
+    The prompts go to TRL as TRL takes them (a string, or a list of messages whose chat
+    template TRL applies once); every column of the dataset stays, so the reward functions
+    and stages get each one, in training (TRL passes them as keyword arguments) and in the
+    held-out evaluation (passed the same way here)."""
+    from ..data import is_conversational_prompt, resolve_instruction, with_instruction
     from ..models import load_model_and_tokenizer
+    from .model_options import model_load_kwargs
+    from .preflight import load_dataset_of
 
     checked = checked if checked is not None else preflight(config)
-    model, tokenizer = load_model_and_tokenizer(config.model)
+    model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
     model.train()
-    loaded = checked.prompts or load_prompts(config.dataset, skip_bad_rows=config.skip_bad_rows)
+    loaded = checked.prompts or load_dataset_of(config)
     if loaded.skipped:
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
     data = loaded.dataset.shuffle(seed=config.seed)
@@ -184,18 +239,50 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
             f"({len(data)} rows)"
         )
-    chat = config.chat_template and getattr(tokenizer, "chat_template", None) is not None
-
-    def as_prompt(problem: str):
-        content = f"{problem}\n{DEFAULT_INSTRUCTION}"
-        return [{"role": "user", "content": content}] if chat else f"{content}\n"
-
-    data = data.map(lambda row: {"prompt": as_prompt(row["prompt"])})
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    conversational = is_conversational_prompt(data[0]["prompt"])
+    if conversational and not (has_template and config.chat_template):
+        why = "chat_template=false" if has_template else "the tokenizer has no chat template"
+        raise UserError(
+            f"dataset={config.dataset!r} holds conversational prompts (message lists) but "
+            f"{why}; give a tokenizer with a chat template, or string prompts"
+        )
+    chat = config.chat_template and has_template
+    instruction = resolve_instruction(config.instruction, conversational)
+    data = data.map(lambda row: {"prompt": with_instruction(row["prompt"], instruction, chat=chat)})
     heldout = data.select(range(config.heldout_size))
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
+    check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
+    evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
+    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+
+
+def _heldout_evaluator(
+    config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool
+):
+    """avg@n of the first reward on ``heldout``: each prompt rendered as TRL renders it (its
+    chat template once, with ``chat_template_kwargs``), and the reward called as TRL calls it
+    (the raw prompt, the completion as a message list for a conversation, every other column
+    as a keyword argument)."""
+    from ..algorithms import avg_at_n
+    from ..evaluation.generate import HFGenerator
+
+    template_kwargs = config.chat_template_kwargs or {}
+    if isinstance(template_kwargs, str):
+        template_kwargs = json.loads(template_kwargs)
+    prompts = list(heldout["prompt"])
+    texts = [
+        tokenizer.apply_chat_template(
+            p, tokenize=False, add_generation_prompt=True, **template_kwargs
+        )
+        if isinstance(p, list)
+        else p
+        for p in prompts
+    ]
+    columns = [c for c in heldout.column_names if c != "prompt"]
 
     def evaluate(m) -> float:
         gen = HFGenerator(
@@ -207,22 +294,51 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
             batch_size=config.per_device_train_batch_size,
             chat=chat,
         )
-        texts = [
-            build_prompt(tokenizer, p[0]["content"] if chat else p.rstrip("\n"), "", chat)
-            for p in heldout["prompt"]
-        ]
         samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
         correct = []
-        for i, answer in enumerate(heldout["answer"]):
-            completions = [samples[k][i] for k in range(config.eval_n)]
-            scores = rewards[0](
-                [texts[i]] * config.eval_n, completions, answer=[answer] * config.eval_n
-            )
+        n = config.eval_n
+        for i, row in enumerate(heldout):
+            completions = [samples[k][i] for k in range(n)]
+            if isinstance(prompts[i], list):
+                completions = [[{"role": "assistant", "content": c}] for c in completions]
+            extra = {c: [row[c]] * n for c in columns}
+            scores = reward([prompts[i]] * n, completions, **extra)
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
         return avg_at_n(correct)
 
-    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+    return evaluate
+
+
+#: Prompts whose length is checked against the model's positions (the first of the
+#: shuffled dataset: tokenizing a huge dataset would cost more than the check is worth).
+PROMPT_LENGTH_SAMPLE = 2000
+
+
+def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts: list) -> None:
+    """Refuse prompts that with ``max_completion_length`` need more positions than the
+    model has (TRL does not cut prompts: the model would run past what it was trained on,
+    without a word)."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(positions, int) or not prompts:
+        return
+
+    def length(prompt: Any) -> int:
+        if isinstance(prompt, list):  # chat messages
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        return len(ids)
+
+    longest = max(length(p) for p in prompts)
+    if longest + config.max_completion_length > positions:
+        raise UserError(
+            f"dataset={config.dataset!r}: its longest prompt is {longest} tokens, which with "
+            f"max_completion_length={config.max_completion_length} needs more than the "
+            f"model's {positions} positions (max_position_embeddings); shorten the prompts "
+            "or lower max_completion_length"
+        )
 
 
 def _is_correct(score: float | None, threshold: float) -> bool:
@@ -239,9 +355,15 @@ def load_run_inputs(
 
 
 def holds_run(out: Path) -> list[str]:
-    """What of another run ``out`` holds (its config, summary, metrics, checkpoints)."""
+    """What of another run ``out`` holds (its config, summary, metrics, checkpoints).
+
+    A run's own config.yaml with nothing else is a start that failed or was stopped
+    before its first step: there is nothing to resume or lose, so it holds no run."""
     found = [name for name in RUN_FILES if (out / name).exists()]
-    return found + [p.name for p in reversed(list_checkpoints(out))]
+    found += [p.name for p in reversed(list_checkpoints(out))]
+    if found == [CONFIG_FILE] and _written_by_a_run(out / CONFIG_FILE):
+        return []
+    return found
 
 
 def _clear_run(out: Path) -> None:
@@ -253,11 +375,29 @@ def _clear_run(out: Path) -> None:
 
 
 def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
-    """Refuse a resume whose training fields differ from the run's config.yaml."""
+    """Refuse a resume whose training fields differ from the run's config.yaml, and one
+    whose config.yaml is gone or does not parse (its settings cannot be checked)."""
     saved_file = out / CONFIG_FILE
-    if not saved_file.exists():
+    allow = "set resume_allow_config_change=true to continue with this config's settings"
+    saved = None
+    if not saved_file.is_file():
+        if not (list_checkpoints(out) or (out / SUMMARY_FILE).exists()):
+            return  # nothing to resume: said below
+        problem = "is missing"
+    else:
+        try:
+            saved = yaml.safe_load(saved_file.read_text())
+            problem = None if isinstance(saved, dict) else "holds no mapping of fields"
+        except yaml.YAMLError as err:
+            problem = f"does not parse ({' '.join(str(err).split())[:120]})"
+    if problem is not None:
+        if not config.resume_allow_config_change:
+            raise UserError(
+                f"resume=True but {saved_file} {problem}, so the run's settings cannot be "
+                f"checked against these: put the file back, or {allow}"
+            )
+        logger.warning("resume: %s %s; continuing with this config", saved_file, problem)
         return
-    saved = yaml.safe_load(saved_file.read_text()) or {}
     diffs = config_differences(saved, config.to_dict())
     if not diffs:
         return
@@ -285,6 +425,13 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     (``UserError``) a fresh run into a directory that holds another run, a resume with a
     changed config, and a resume with no complete checkpoint. Nothing is loaded."""
     if not config.resume:
+        own = out / CONFIG_FILE
+        if own.is_file() and not _written_by_a_run(own):
+            raise UserError(
+                f"output_dir={str(out)!r} holds a config.yaml that no run wrote (your own "
+                "config file?); a run writes its config.yaml there, so choose another "
+                "output_dir or move the file (overwrite_output_dir never replaces it)"
+            )
         found = holds_run(out)
         if found:
             if not config.overwrite_output_dir:
@@ -300,9 +447,21 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
-            return None, json.loads(summary_file.read_text())
+            summary = json.loads(summary_file.read_text())
         except json.JSONDecodeError:
             logger.warning("%s does not parse: resuming the run", summary_file)
+        else:
+            if not _extends(config, summary):
+                return None, summary
+            # max_steps raised past the finished run's (the config check let it through,
+            # so resume_allow_config_change is set): train on from its last checkpoint.
+            logger.warning(
+                "resume: extending the finished run from %s to %d steps (its summary kept "
+                "as summary.before-resume.json)",
+                summary.get("steps"),
+                config.max_steps,
+            )
+            os.replace(summary_file, out / "summary.before-resume.json")
     checkpoint, skipped = newest_complete_checkpoint(out)
     if checkpoint is None:
         if not skipped:
@@ -311,6 +470,13 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
                 "start it without resume"
             )
         detail = "; ".join(f"{p.name}: {', '.join(why)}" for p, why in skipped)
+        if all(_weights_only(why) for _, why in skipped):
+            raise UserError(
+                f"resume=True but the checkpoints in {out} hold the weights only "
+                f"(save_only_model=true: {detail}), which a run cannot resume from; to "
+                f"go on from {skipped[0][0].name}, train with --model {skipped[0][0]} in "
+                "another output_dir (overwrite_output_dir=true would delete these weights)"
+            )
         raise UserError(
             f"resume=True but no checkpoint in {out} is complete ({detail}); start the run "
             "again with overwrite_output_dir=true"
@@ -321,6 +487,30 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     return str(checkpoint), None
 
 
+def _extends(config: RLVRConfig, summary: dict) -> bool:
+    """Whether ``config`` asks for more steps than the finished run ``summary`` made."""
+    steps = summary.get("steps")
+    return (
+        "error" not in summary
+        and isinstance(steps, int)
+        and config.max_steps >= 1
+        and config.max_steps > steps
+    )
+
+
+def _weights_only(problems: list[str]) -> bool:
+    """A checkpoint whose only problems are the optimizer and scheduler files missing: one
+    saved with ``save_only_model=true``."""
+    return bool(problems) and all(
+        p in ("optimizer.pt is missing", "scheduler.pt is missing") for p in problems
+    )
+
+
+def _is_main_launch_process() -> bool:
+    # Before the accelerator exists: torchrun / accelerate set RANK on every process.
+    return os.environ.get("RANK", "0") == "0"
+
+
 def train(
     config: RLVRConfig, *, extra_callbacks: list | None = None, progress: bool = True
 ) -> dict:
@@ -328,11 +518,25 @@ def train(
 
     Writes to ``config.output_dir``: ``config.yaml`` (resolved), checkpoints,
     ``metrics.jsonl`` and ``summary.json`` (held-out avg@n before and after RL).
+    The folder is locked for the whole run (``folder_lock``): a second run into it
+    is refused while this one lives.
     """
     torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
+    lock = OutputDirLock(out) if _is_main_launch_process() else contextlib.nullcontext()
+    with lock:
+        return _train_locked(config, out, checked, extra_callbacks, progress)
+
+
+def _train_locked(
+    config: RLVRConfig,
+    out: Path,
+    checked: PreflightResult,
+    extra_callbacks: list | None,
+    progress: bool,
+) -> dict:
     resume, finished = plan_output_dir(config, out)
     if finished is not None:
         logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
@@ -354,6 +558,7 @@ def train(
         train_dataset=parts["train"],
         processing_class=parts["tokenizer"],
         callbacks=[update_guard, metrics, *(extra_callbacks or [])],
+        peft_config=peft_config_of(config),
     )
     update_guard.reduce = lambda flag: trainer.accelerator.reduce(
         flag.to(trainer.accelerator.device), reduction="sum"
@@ -377,7 +582,8 @@ def train(
     trainer.remove_callback(PrinterCallback)
     if progress:
         trainer.add_callback(RichProgress())
-    if resume is not None and _at_end(resume, config):
+    eval_only = resume is not None and _at_end(resume, config)
+    if eval_only:
         # Stopped after its last checkpoint, before its summary: the Trainer would train
         # one step more; load the checkpoint and finish with the evaluation only.
         logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
@@ -385,6 +591,10 @@ def train(
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
         trainer.train(resume_from_checkpoint=resume)
+    # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
+    # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
+    trainer.create_model_card()
+    trainer.save_model(str(out))
     after = parts["evaluate"](trainer.model)
     summary = {
         "recipe": config.recipe,
@@ -404,7 +614,13 @@ def train(
     first = int(resume.rsplit("-", 1)[1]) if resume else 0
     steps_here = trainer.state.global_step - first
     lost = trainer.skipped_updates + update_guard.rolled_back
-    if steps_here > 0 and lost >= steps_here:
+    if steps_here == 0 and not eval_only:
+        summary["error"] = (
+            f"the run trained 0 optimizer steps ({len(parts['train'])} training rows, "
+            f"max_steps={config.max_steps}, num_train_epochs={config.num_train_epochs}): "
+            "give more training rows than one step's prompts, or more steps"
+        )
+    elif steps_here > 0 and lost >= steps_here:
         summary["error"] = (
             f"every one of the {steps_here} optimizer steps was skipped (non-finite loss or "
             f"gradient: {trainer.skipped_updates}) or rolled back (non-finite parameters: "
@@ -412,6 +628,8 @@ def train(
         )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    if steps_here == 0 and not eval_only:
+        raise NoTrainingSteps(summary["error"])
     if "error" in summary:
         raise AllUpdatesSkipped(f"{summary['error']}; see {out / 'metrics.jsonl'}")
     return summary

@@ -34,6 +34,53 @@ class DataOptions:
             "Not with model='embedded', which builds its own arithmetic task."
         },
     )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's ScriptArguments spelling of dataset (a Hugging Face dataset name or "
+            "a local file); give one of the two."
+        },
+    )
+    dataset_config: str | None = field(
+        default=None,
+        metadata={"help": "Hugging Face dataset: the configuration (subset) name, as in TRL."},
+    )
+    dataset_train_split: str = field(
+        default="train",
+        metadata={"help": "Hugging Face dataset: the split to train on (held-out rows included)."},
+    )
+    prompt_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column of the prompt (default: the first of prompt, messages, "
+            "problem, question). A string, or TRL's conversational list of {role, content} "
+            "messages (system turns kept; the chat template is applied once, by TRL)."
+        },
+    )
+    answer_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column of the reference answer, passed to rewards as 'answer' "
+            "(default: the first of answer, final_answer, target). Every other column reaches "
+            "the rewards and stages unchanged."
+        },
+    )
+    answer_format: Literal["auto", "gsm8k", "plain"] = field(
+        default="auto",
+        metadata={
+            "help": "Answers as GSM8K solutions ('... #### 18'): 'auto' keeps the number after "
+            "#### when there is one, 'gsm8k' requires it, 'plain' keeps the text as it is."
+        },
+    )
+    instruction: str = field(
+        default="auto",
+        metadata={
+            "help": "Text appended to each prompt (to the last user turn of a conversation). "
+            "'auto': the box-your-answer instruction for string prompts, nothing for "
+            "conversational ones (they pass as TRL takes them); 'default': that instruction "
+            "for both; 'none': nothing; any other value: that text."
+        },
+    )
     rewards: list[str] = field(
         default_factory=lambda: ["math_verify"],
         metadata={
@@ -55,8 +102,9 @@ class DataOptions:
     chat_template: bool = field(
         default=True,
         metadata={
-            "help": "Custom dataset: send prompts as chat messages when the tokenizer has "
-            "a chat template (with the instruction to box the final answer)."
+            "help": "Custom dataset of string prompts: send each as one user message when the "
+            "tokenizer has a chat template. Conversational prompts always go through the "
+            "template (false is refused for them)."
         },
     )
     resume: bool = field(
@@ -170,6 +218,31 @@ class DataOptions:
     )
 
     def validate_data(self) -> None:
+        named = getattr(self, "model_name_or_path", None)  # TRL's ModelConfig spelling
+        if named is not None:
+            check(
+                self.model in ("embedded", named),
+                "model_name_or_path",
+                named,
+                f"differs from model={self.model!r}; give one of the two",
+            )
+            self.model = named
+        elif self.model != "embedded" and hasattr(self, "model_name_or_path"):
+            self.model_name_or_path = self.model  # one value under both spellings
+        if self.dataset_name is not None:
+            check(
+                self.dataset is None or self.dataset == self.dataset_name,
+                "dataset_name",
+                self.dataset_name,
+                f"differs from dataset={self.dataset!r}; give one of the two",
+            )
+            self.dataset = self.dataset_name  # one spelling, TRL's or ours
+        check(
+            self.answer_format in ("auto", "gsm8k", "plain"),
+            "answer_format",
+            self.answer_format,
+            "choose auto, gsm8k or plain",
+        )
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
         check(self.heldout_size >= 1, "heldout_size", self.heldout_size, "must be >= 1")

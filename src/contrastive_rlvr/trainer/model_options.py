@@ -1,0 +1,48 @@
+"""TRL's model options of a config, turned into what loads the model: the keyword
+arguments of ``from_pretrained`` and the PEFT adapter config.
+
+A TRL script loads its model from ``ModelConfig`` (``dtype``, ``attn_implementation``,
+``model_revision``, quantization) and ``GRPOConfig.model_init_kwargs``; the run loads
+the model itself (GGUF aliases, the embedded warm start), so it reads the same fields
+here: ``model_init_kwargs`` wins over the ``ModelConfig`` field of the same name, as
+the more specific setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def model_load_kwargs(config: Any) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments of ``config`` (``dtype`` a torch dtype, or
+    ``"auto"``: the checkpoint's)."""
+    from trl import get_quantization_config
+
+    from ..models import resolve_dtype
+
+    kwargs: dict[str, Any] = {"dtype": config.dtype or "float32"}
+    if config.model_revision not in (None, "main"):
+        kwargs["revision"] = config.model_revision
+    if config.attn_implementation is not None:
+        kwargs["attn_implementation"] = config.attn_implementation
+    quantization = get_quantization_config(config)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    init = config.model_init_kwargs or {}
+    if isinstance(init, str):  # TRL accepts a JSON string on the command line
+        import json
+
+        init = json.loads(init)
+    kwargs.update(init)
+    kwargs["dtype"] = resolve_dtype(kwargs["dtype"])
+    return kwargs
+
+
+def peft_config_of(config: Any) -> Any:
+    """The LoRA config of ``config`` (``use_peft`` and the ``lora_*`` fields, as TRL's
+    ``get_peft_config`` builds it), or None."""
+    if not config.use_peft:
+        return None
+    from trl import get_peft_config
+
+    return get_peft_config(config)
