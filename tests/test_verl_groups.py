@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from contrastive_rlvr.algorithms import BiCCTemplate, group_advantages
-from contrastive_rlvr.algorithms.bicc_rows import BiCCRowBuilder
+from contrastive_rlvr.algorithms.bicc_rows import BiCCRowBuilder, end_token_ids, is_chat
 from contrastive_rlvr.integrations.verl.groups import (
     bicc_rows,
     check_conspo_layout,
@@ -166,3 +166,17 @@ def test_check_conspo_layout_names_the_setting(overrides, message):
     check_conspo_layout(**settings)  # the good layout passes
     with pytest.raises(ValueError, match=message):
         check_conspo_layout(**{**settings, **overrides})
+
+
+def test_end_token_ids_follow_trls_rule():
+    # TRL's GRPOTrainer: the generation config's EOS ids, the tokenizer's first if missing.
+    assert end_token_ids(1, [2]) == [1, 2]
+    assert end_token_ids(1, 2) == [1, 2]
+    assert end_token_ids(1, None) == [1]
+    assert end_token_ids(1, [2, 1]) == [2, 1]
+    assert end_token_ids(None, [5]) == [5]
+
+
+def test_is_chat_tells_messages_from_text():
+    assert is_chat([{"role": "user", "content": "q"}])
+    assert not is_chat("q") and not is_chat([]) and not is_chat([{"content": "q"}])

@@ -17,11 +17,11 @@ pytest.importorskip("verl")
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
+from verl_fakes import FakeTQ  # noqa: E402
 
 from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
 from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
@@ -99,35 +99,6 @@ def test_check_settings_names_the_bad_setting(recipes, name, overrides, message)
 
 
 # ----------------------------------------------------------------------------- fakes
-
-
-class FakeTQ:
-    """In-memory TransferQueue: per key, per field, one 1-D tensor; nested on the way out."""
-
-    def __init__(self, rows):
-        self.rows = {k: dict(v) for k, v in rows.items()}
-        self.tags = {}
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return TensorDict(
-            {
-                f: torch.nested.as_nested_tensor(
-                    [self.rows[k][f] for k in keys], layout=torch.jagged
-                )
-                for f in select_fields
-            },
-            batch_size=len(keys),
-        )
-
-    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-        if fields is not None:
-            for name in fields.keys():
-                for key, value in zip(keys, fields[name].unbind(), strict=True):
-                    self.rows[key][name] = value.clone()
-        tags = tags if tags is not None else [{} for _ in keys]
-        for key, tag in zip(keys, tags, strict=True):
-            self.tags[key] = dict(tag)
-        return KVBatchMeta(keys=list(keys), tags=[dict(t) for t in tags])
 
 
 class FakeTokenizer:
@@ -547,3 +518,58 @@ def test_bicc_balance_uses_conditioned_lengths_then_restores_plain_ones(recipes,
         "a_1_0": 4,
         "b_1_0": 4,
     }
+
+
+def test_init_tokenizer_keeps_the_eos_list_and_the_window(monkeypatch):
+    tok = FakeTokenizer()
+    model = SimpleNamespace(
+        tokenizer=tok,
+        processor=None,
+        generation_config=SimpleNamespace(eos_token_id=[7, 8]),
+        hf_config=SimpleNamespace(max_position_embeddings=4096),
+    )
+    monkeypatch.setattr(trainer_module, "omega_conf_to_dataclass", lambda cfg: model)
+    trainer = object.__new__(CrlvrTrainer)
+    trainer.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(model=None))
+    trainer._init_tokenizer()
+    assert trainer.tokenizer is tok and trainer.processor is None
+    assert trainer.end_token_ids == [EOS, 7, 8]  # the tokenizer's EOS first, as TRL
+    assert trainer.max_positions == 4096
+
+
+def test_a_built_row_over_the_token_limit_names_the_setting(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{**DYNAMIC, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": LONGEST_ROW},
+    )
+    trainer, _ = make_trainer(cfg, monkeypatch, {}, bicc=True)
+    rows = SimpleNamespace(prompts=[torch.zeros(LONGEST_ROW - 10)], context_tokens=None)
+    trainer._check_row_lengths(rows, [torch.zeros(10)])  # exactly at the limit: fine
+    with pytest.raises(ValueError, match="ppo_max_token_len_per_gpu=7168"):
+        trainer._check_row_lengths(rows, [torch.zeros(11)])
+
+
+def test_padding_rows_keep_their_prompt_and_do_not_set_the_budget(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 20},
+    )
+    rows, batch = bicc_batch()
+    rows["a_1_0"] = row([1, 2], [12] * 11 + [EOS], 0.0)
+    # verl's upsampling: two synthetic rows under one uid, with a long prompt
+    for k in range(2):
+        rows[f"padx_{k}_0"] = row(list(range(30, 60)), [EOS], 0.0)
+    tags = [dict(t) for t in batch.tags] + [{"is_padding": True}, {"is_padding": True}]
+    batch = KVBatchMeta(keys=list(rows), tags=tags, partition_id="train")
+    trainer, _ = make_trainer(
+        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_placement="after_prompt"
+    )
+    got = trainer._bicc_rows(batch)
+    # L = longest real prompt 2 + max_response_length 20 = 22, budget floor(0.5 * 22) = 11
+    # (the 30-token padding prompts would make it 25): a_0_0 reads a_1_0's 11 tokens cut
+    # to 11 - 4 framing = 7 by the middle rule (head 4, tail 3).
+    assert got.budget == 11
+    by_key = dict(zip(batch.keys, got.prompts, strict=True))
+    assert by_key["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 7, 920, 930]
+    assert by_key["padx_0_0"].tolist() == list(range(30, 60))
+    assert by_key["padx_1_0"].tolist() == list(range(30, 60))

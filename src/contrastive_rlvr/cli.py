@@ -5,6 +5,7 @@ Each command's --help lists its options; `train --help` lists every training fie
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -73,17 +74,52 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
-    from .trainer.guards import AllUpdatesSkipped, NonFiniteParametersError
+    from .trainer.guards import (
+        AllUpdatesSkipped,
+        NonFiniteParametersError,
+        NoTrainingSteps,
+        RewardExitError,
+    )
 
     try:
         return fn(*args, **kwargs)
     except USER_ERRORS as err:
         _fail(err, 2)
-    except (AllUpdatesSkipped, NonFiniteParametersError) as err:
+    except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
         _fail(err, 1)
     except KeyboardInterrupt as err:
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from err
+    except Exception as err:
+        full = _disk_full(err)
+        if full is None:
+            raise
+        _fail(RuntimeError(full), 1)
+
+
+#: errno values of a write that found no room: no space, quota, file-size limit.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: How torch's and safetensors' writers word the same (they raise RuntimeError or their own).
+_NO_ROOM_TEXT = ("No space left on device", "File too large", "FileTooLarge", "StorageFull",
+                 "Disk quota exceeded", "file write failed")  # fmt: skip
+
+
+def _disk_full(err: BaseException) -> str | None:
+    """The one line for an error that is a full disk (or a file-size limit) anywhere in
+    its chain; None for any other error."""
+    seen = err
+    while seen is not None:
+        text = str(seen)
+        if getattr(seen, "errno", None) in _NO_ROOM or any(t in text for t in _NO_ROOM_TEXT):
+            where = getattr(seen, "filename", None)
+            return (
+                f"disk full (no room to write{f' {where}' if where else ''}: "
+                f"{' '.join(text.split())[:160]}); free space or choose another output_dir, "
+                "then run again (with --resume true a training run goes on from its last "
+                "complete checkpoint)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @app.command(short_help="List the recipes with their papers.")
@@ -225,7 +261,17 @@ def plot(
 def eval_command(
     model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
     benchmarks: str = typer.Option(
-        "math500", "--benchmarks", help="Comma-separated: math500,amc23,aime24,aime25,gsm8k."
+        "math500",
+        "--benchmarks",
+        help="Comma-separated names (math500,amc23,aime24,aime25,gsm8k; math500 and gsm8k "
+        "ship with the package) or files (PATH.jsonl or NAME=PATH).",
+    ),
+    benchmark_fields: str | None = typer.Option(
+        None,
+        "--benchmark-fields",
+        "--benchmark_fields",
+        help="Fields of the benchmark files: prompt=question,answer=answer,id=qid,format=gsm8k "
+        "(unset: detected).",
     ),
     n: int = typer.Option(32, "--n", help="Samples per problem (seeds 0..n-1)."),
     limit: int | None = typer.Option(None, "--limit", help="First N problems per benchmark."),
@@ -242,7 +288,11 @@ def eval_command(
         Path("eval_results"), "--output-dir", "--output_dir", help="Folder of the results."
     ),
     benchmarks_dir: Path | None = typer.Option(
-        None, "--benchmarks-dir", "--benchmarks_dir", help="Folder of benchmark jsonl files."
+        None,
+        "--benchmarks-dir",
+        "--benchmarks_dir",
+        help="Folder of benchmark jsonl files (amc23, aime24, aime25 offline; its copy of "
+        "math500 or gsm8k wins over the packaged one).",
     ),
     last_number_fallback: bool = typer.Option(
         False,
@@ -258,6 +308,7 @@ def eval_command(
         EvalConfig,
         model=model,
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+        benchmark_fields=benchmark_fields,
         n=n,
         limit=limit,
         max_new_tokens=max_new_tokens,

@@ -5,7 +5,13 @@ Every run is what ``contrastive-rlvr train`` runs, its output in
 
 - every run reads ``OUT/base-config.yaml``, a copy of the config YAML made when
   ``compare`` starts (edits of the original during a matrix change no run);
-- a run whose ``summary.json`` exists is not run again;
+- a run whose ``summary.json`` exists (and records no ``error``) is not run again; one
+  whose summary records an error is a failed run;
+- each run is keyed on its whole resolved config (:func:`run_settings`): a folder
+  whose ``config.yaml`` was made with other settings is refused before any run starts
+  when it holds a result or a checkpoint (use another OUT or remove it), and replaced
+  when it holds only a failed or unstarted attempt; ``results.json`` records each
+  run's key (``config_sha256``) and config file;
 - a failed run leaves ``error.txt`` (exit code and the end of its log) and the
   others go on; ``train.log`` holds each run's output;
 - with the embedded default, the SFT warm start of each seed is built once in
@@ -130,7 +136,10 @@ def load_compare_yaml(path: str | Path) -> dict:
     ``field: value`` or a list of ``--field value`` strings."""
     from .trainer.parse import load_yaml
 
-    data = load_yaml(path, CompareSpec, what="compare file")
+    # overrides may be a mapping (converted below), which the list[str] field type would refuse
+    data = load_yaml(
+        path, CompareSpec, what="compare file", checked_by_caller=frozenset({"overrides"})
+    )
     overrides = data.get("overrides")
     if isinstance(overrides, dict):
         data["overrides"] = [s for k, v in overrides.items() for s in (f"--{k}", _flag(v))]
@@ -168,12 +177,14 @@ def _flag(value: object) -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of the matrix."""
+    """One cell of the matrix; ``config_sha256`` is the key of its resolved settings
+    (:func:`run_settings`, seed left out so that the seeds of one row share it)."""
 
     recipe: str
     arm: str
     seed: int
     output_dir: Path
+    config_sha256: str = field(default="", compare=False)
 
     def overrides(self, spec: CompareSpec) -> list[str]:
         """RLVRConfig overrides of this run: the shared ones, then this cell's."""
@@ -185,23 +196,101 @@ class RunSpec:
         ]
 
 
+#: Resolved fields that do not change a run's result: where it writes, how it resumes,
+#: how it shows progress. Every other field is part of a run's key.
+UNKEYED_FIELDS = frozenset(
+    {
+        "output_dir", "logging_dir", "run_name", "base_config", "resume",
+        "resume_from_checkpoint", "overwrite_output_dir", "resume_allow_config_change",
+        "disable_tqdm", "torch_threads", "report_to", "log_level", "log_level_replica",
+    }
+)  # fmt: skip
+
+
+def run_settings(config_fields: dict) -> dict:
+    """The settings a run's result depends on: its resolved config less
+    :data:`UNKEYED_FIELDS`, normalised through YAML as ``config.yaml`` is written."""
+    import yaml
+
+    kept = {k: v for k, v in config_fields.items() if k not in UNKEYED_FIELDS}
+    return yaml.safe_load(yaml.safe_dump(kept, sort_keys=True)) or {}
+
+
+def _settings_sha(settings: dict) -> str:
+    import hashlib
+
+    without_seed = {k: v for k, v in settings.items() if k != "seed"}
+    text = json.dumps(without_seed, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def plan_runs(spec: CompareSpec) -> list[RunSpec]:
     """The runs in order (recipe, arm, seed); every config is built (so validated, ranges
-    included) before any runs."""
+    included) before any runs, and checked against what its folder already holds."""
     from .trainer.parse import parse_config
 
     out = Path(spec.output_dir)
-    runs = []
+    runs, clashes = [], []
     for recipe in spec.recipes:
         for arm in spec.arms:
             for seed in spec.seeds:
                 run = RunSpec(recipe, arm, seed, out / recipe / arm / f"seed{seed}")
                 try:
-                    parse_config(spec.config, run.overrides(spec))
+                    cfg = parse_config(spec.config, run.overrides(spec))
                 except (ValueError, SystemExit) as err:
                     raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
-                runs.append(run)
+                settings = run_settings(cfg.to_dict())
+                clash = _folder_clash(run.output_dir, settings)
+                if clash:
+                    clashes.append(f"{recipe}/{arm}/seed{seed} ({clash})")
+                runs.append(dataclasses.replace(run, config_sha256=_settings_sha(settings)))
+    if clashes:
+        raise ValueError(
+            f"{len(clashes)} run folder(s) of {out} hold a run made with other settings: "
+            f"{'; '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''}; old and new "
+            "runs are never mixed in one table: choose another --out, or remove those folders"
+        )
     return runs
+
+
+def _folder_clash(run_dir: Path, settings: dict) -> str | None:
+    """The differing fields when ``run_dir`` holds a result or a checkpoint made with
+    other settings than ``settings`` (None: it holds none, or one made with these)."""
+    import yaml
+
+    from .trainer.checkpoints import newest_complete_checkpoint
+    from .trainer.run import CONFIG_FILE
+
+    saved_file = run_dir / CONFIG_FILE
+    if not saved_file.is_file():
+        return None
+    if finished_summary(run_dir) is None and newest_complete_checkpoint(run_dir)[0] is None:
+        return None  # a failed or unstarted attempt: rerun in its place
+    try:
+        saved = run_settings(yaml.safe_load(saved_file.read_text()) or {})
+    except yaml.YAMLError:
+        return f"{saved_file} does not parse"
+    missing = object()
+    diffs = [
+        f"{k}: {saved.get(k, '(unset)')!r} there, {settings.get(k, '(unset)')!r} now"
+        for k in sorted(set(saved) | set(settings))
+        if saved.get(k, missing) != settings.get(k, missing)
+    ]
+    return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None
+
+
+def finished_summary(run_dir: Path) -> dict | None:
+    """The summary of a run that finished without error (None: unfinished, unreadable, or
+    a summary that records an ``error``: a failed run)."""
+    from .trainer.run import SUMMARY_FILE
+
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(summary, dict) or "error" in summary:
+        return None
+    return summary
 
 
 def _subprocess_env() -> dict[str, str]:
@@ -405,9 +494,10 @@ def _resume_args(run: RunSpec) -> list[str]:
     """How an unfinished run continues: from its newest complete checkpoint, else anew in
     its folder (replacing what the stopped attempt left)."""
     from .trainer.checkpoints import newest_complete_checkpoint
-    from .trainer.run import holds_run
+    from .trainer.run import SUMMARY_FILE, holds_run
 
-    if newest_complete_checkpoint(run.output_dir)[0] is not None:
+    resumable = newest_complete_checkpoint(run.output_dir)[0] is not None
+    if resumable and not (run.output_dir / SUMMARY_FILE).exists():
         return ["--resume", "true"]
     return ["--overwrite_output_dir", "true"] if holds_run(run.output_dir) else []
 
@@ -415,13 +505,13 @@ def _resume_args(run: RunSpec) -> list[str]:
 def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
     """Run one cell unless its summary exists; a failure is recorded, not raised
     (Ctrl-C is: the caller marks the run interrupted)."""
-    from .trainer.run import SFT_DIR, SUMMARY_FILE
+    from .trainer.run import SFT_DIR
 
     what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
-    summary_file = run.output_dir / SUMMARY_FILE
     try:
-        if summary_file.exists():
-            return RunResult(run, "skipped", summary=json.loads(summary_file.read_text()))
+        finished = finished_summary(run.output_dir)
+        if finished is not None:
+            return RunResult(run, "skipped", summary=finished)
         run.output_dir.mkdir(parents=True, exist_ok=True)
         for note in ("error.txt", "interrupted.txt"):
             (run.output_dir / note).unlink(missing_ok=True)
@@ -436,9 +526,12 @@ def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
         return RunResult(run, "failed", error=message)
     log = run.output_dir / "train.log"
     code = _launch(argv, log, spec.jobs == 1)
-    if code != 0 or not summary_file.exists():
+    summary = finished_summary(run.output_dir)
+    if code != 0 or summary is None:
+        # A summary that records an error (every update skipped) is a failure too.
+        code = code or 1
         return RunResult(run, "failed", error=_record_failure(run.output_dir, what, code, log))
-    return RunResult(run, "done", summary=json.loads(summary_file.read_text()))
+    return RunResult(run, "done", summary=summary)
 
 
 def _interrupted(run: RunSpec) -> RunResult:
@@ -469,6 +562,19 @@ def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  #
     return errors
 
 
+def _raise_ctrl_c(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_ctrl_c():  # noqa: ANN202
+    """SIGTERM (``kill``, a job scheduler) stops the matrix as Ctrl-C does, so that the
+    children are stopped with it instead of left running; returns the previous handler
+    (None off the main thread, where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_ctrl_c)
+
+
 def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     """Run the matrix (finished runs skipped), then write results.md and results.json.
 
@@ -488,7 +594,7 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     base.write_text(f"# copied from {source}\n" + source.read_text())
     spec = dataclasses.replace(spec, config=str(base))
     started = time.perf_counter()
-    pending = [r for r in runs if not (r.output_dir / "summary.json").exists()]
+    pending = [r for r in runs if finished_summary(r.output_dir) is None]
     finished: list[RunResult] = []
     lock = threading.Lock()
     _CHILDREN.stopping.clear()
@@ -520,6 +626,7 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
 
     results: list[RunResult] = []
     interrupted = False
+    previous = _sigterm_as_ctrl_c()
     try:
         sft_errors = _sft_caches(spec, sorted({r.seed for r in pending}), echo)
         if spec.jobs == 1:
@@ -540,6 +647,9 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     except KeyboardInterrupt:
         interrupted = True  # during a warm start, before any run
         _CHILDREN.stop()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     interrupted = interrupted or any(r.status == "interrupted" for r in results)
     done = [r for r in results if r.status != "pending"]
     report = build_results(done, spec, pending=len(runs) - len(done))
@@ -574,6 +684,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
     avg@n after RL, of the SFT start, and of the paired difference to the plain arm."""
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     run_dirs: dict[tuple[str, str], dict[int, Path]] = {}
+    run_keys: dict[tuple[str, str], dict[int, str]] = {}
     failed = []
     eval_n = None
     for res in results:
@@ -591,6 +702,8 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             continue
         per_cell.setdefault((res.run.recipe, res.run.arm), {})[res.run.seed] = res.summary
         run_dirs.setdefault((res.run.recipe, res.run.arm), {})[res.run.seed] = res.run.output_dir
+        key = (res.run.recipe, res.run.arm)
+        run_keys.setdefault(key, {})[res.run.seed] = res.run.config_sha256
         eval_n = res.summary.get("eval_n", eval_n)
     rows = []
     for recipe in spec.recipes:
@@ -618,6 +731,8 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
                     str(k): {
                         "after": after[k],
                         "before": before[k],
+                        "config_sha256": run_keys[(recipe, arm)][k],
+                        "config": str(run_dirs[(recipe, arm)][k] / "config.yaml"),
                         "steps": cell[k].get("steps"),
                         "wall_seconds": cell[k].get("wall_seconds"),
                     }
@@ -634,6 +749,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
         "ci": f"{int(CI_LEVEL * 100)}% Student t interval over seeds, n-1 degrees of freedom",
         "difference": "mean over seeds of (arm - plain arm of the same recipe), paired by seed",
         "grad_var": GRAD_VAR_NOTE,
+        "no_interval": ONE_SEED_NOTE if any(len(r["seeds"]) == 1 for r in rows) else None,
         "spec": dataclasses.asdict(spec),
         "rows": rows,
         "failed": failed,
@@ -689,8 +805,16 @@ def _pct(ci: dict | None, signed: bool = False) -> str:
         return "–"
     mean = f"{100 * ci['mean']:+.1f}" if signed else f"{100 * ci['mean']:.1f}"
     if ci["ci_half_width"] is None:
-        return mean
+        return f"{mean} (no interval)"
     return f"{mean} ± {100 * ci['ci_half_width']:.1f}"
+
+
+ONE_SEED_NOTE = (
+    "One seed: no interval exists. A t interval estimates the spread between seeds from "
+    "the values of at least two; with one seed there is no spread to estimate, so each "
+    "number (and each Δ vs plain) is a single draw and says nothing on its own about "
+    "whether the arms differ. Run at least two seeds (--seeds 0,1,2) for an interval."
+)
 
 
 def results_markdown(report: dict) -> str:
@@ -713,6 +837,8 @@ def results_markdown(report: dict) -> str:
         "interval that contains 0 means no difference was shown at this number of seeds. "
         "SFT start: the same metric before RL.",
     ]
+    if any(len(row["seeds"]) == 1 for row in report["rows"]):
+        lines += ["", ONE_SEED_NOTE]
     lines += _grad_var_table(report["rows"])
     verdicts = _verdicts(report["rows"])
     if verdicts:
@@ -746,7 +872,7 @@ def _grad_var_table(rows: list[dict]) -> list[str]:
         if ci is None:
             value = "–"
         elif ci["ci_half_width"] is None:
-            value = f"{ci['mean']:.3f}"
+            value = f"{ci['mean']:.3f} (1 seed: no interval)"
         else:
             value = f"{ci['mean']:.3f} ± {ci['ci_half_width']:.3f}"
         seeds = [s for s in row["per_seed"].values() if s.get("grad_var")]

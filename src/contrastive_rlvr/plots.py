@@ -12,7 +12,8 @@ several. One figure of each kind per recipe:
 - ``deltas_<recipe>.png``: delta distributions of correct vs wrong completions
   at early, middle and late steps (the BiCC paper's Figures 2 and 4);
 - ``gradvar_<recipe>.png``: gradient-variance estimate with the plain and with
-  the RCC baseline, and their ratio (``diag/grad_var_*``);
+  the RCC baseline, and their ratio per step (``diag/grad_var_*``) with the
+  ratio of means over steps and its t interval over seeds (compare's table);
 - ``ratio_margin_<recipe>.png``: ``diag/ratio_margin`` per step.
 """
 
@@ -30,7 +31,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from .compare import ARM_SUFFIX, ARMS, RECIPE_LABELS  # noqa: E402
+from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, RECIPE_LABELS, grad_var_summary  # noqa: E402
+from .stats import MeanCI, mean_ci  # noqa: E402
 
 ARM_COLORS = {"plain": "tab:blue", "bicc": "tab:orange", "rcc": "tab:green", "bicc+rcc": "tab:red"}
 #: Windows of training (shares of the last step) for the early / middle / late distributions.
@@ -296,6 +298,29 @@ def plot_deltas(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
     return _finish(fig, out / f"deltas_{recipe}.png")
 
 
+def gradvar_ratio_of_means(runs: Sequence[Run]) -> tuple[str, MeanCI | None]:
+    """The table's number (compare's ``grad_var_ratio``): per run the ratio of means
+    ``sum_s v_rcc(s) / sum_s v_plain(s)`` over its logged steps, then the mean and t
+    interval over runs (seeds). Returns the legend text and the interval (None: no run
+    logs a positive plain variance). One run: no interval exists (a t interval needs
+    two seeds), and the text says so."""
+    ratios = [
+        g["ratio_of_means"]
+        for g in (grad_var_summary(r.path / "metrics.jsonl") for r in runs)
+        if g is not None
+    ]
+    if not ratios:
+        return "no ratio (plain variance 0 on every logged step)", None
+    ci = mean_ci(ratios, CI_LEVEL)
+    if ci.half_width is None:
+        return f"ratio of means {ci.mean:.3f} (1 seed: no interval)", ci
+    level = int(CI_LEVEL * 100)
+    return (
+        f"ratio of means {ci.mean:.3f}, {level}% CI [{ci.low:.3f}, {ci.high:.3f}] ({ci.n} seeds)",
+        ci,
+    )
+
+
 def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
     """Gradient-variance estimate with the plain and the RCC baseline, and their ratio."""
     if not any(r.series("diag/grad_var_plain")[0].size for rs in arms.values() for r in rs):
@@ -309,13 +334,7 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
         color, name = ARM_COLORS[arm], _label(recipe, arm)
         ax_v.plot(band_p[0], band_p[1], color=color, ls="-", marker=".", label=f"{name}: plain b")
         ax_v.plot(band_r[0], band_r[1], color=color, ls="--", marker="x", label=f"{name}: RCC b*")
-        ratios = [
-            v
-            for r in runs
-            for st, v in zip(*r.series("diag/grad_var_ratio"), strict=True)
-            if st > 1
-        ]  # step 1: delta = 0, the two baselines coincide
-        mean_ratio = f", mean over steps > 1: {np.mean(ratios):.3f}" if ratios else ""
+        ratio_text, ci = gradvar_ratio_of_means(runs)
         band = _mean_band(runs, "diag/grad_var_ratio")
         if band is not None:
             ax_r.plot(
@@ -324,10 +343,15 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
                 color=color,
                 marker="o",
                 ms=3,
-                label=f"{name} ({_seeds_note(runs)}{mean_ratio})",
+                alpha=0.6,
+                label=f"{name}: per step ({_seeds_note(runs)})",
             )
             if len(runs) > 1:
-                ax_r.fill_between(band[0], band[2], band[3], color=color, alpha=0.15, lw=0)
+                ax_r.fill_between(band[0], band[2], band[3], color=color, alpha=0.1, lw=0)
+        if ci is not None:
+            ax_r.axhline(ci.mean, color=color, ls="--", lw=1.5, label=f"{name}: {ratio_text}")
+            if ci.half_width is not None:
+                ax_r.axhspan(ci.low, ci.high, color=color, alpha=0.15, lw=0)
     positive = [line.get_ydata() for line in ax_v.get_lines()]
     if positive and all(np.all(np.asarray(y) > 0) for y in positive):
         ax_v.set_yscale("log")  # the variances span orders of magnitude over training
@@ -335,7 +359,7 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
     ax_v.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: gradient variance, same batch")
     ax_r.axhline(1.0, color="black", lw=0.7)
     ax_r.set(xlabel="step", ylabel="variance with RCC / without")
-    ax_r.set_title("ratio (< 1: RCC lowers the variance)")
+    ax_r.set_title("RCC / plain (< 1: RCC lowers the variance); dashed: ratio of means")
     for ax in (ax_v, ax_r):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 
+from .jsonl import keep_steps_up_to
+
 #: metrics.jsonl keys every run logs whichever loss it uses (the stages', the guards', the
 #: verifier's and TRL's generation-side ones), and their meaning (also in docs/metrics.md).
 METRIC_KEYS = {
@@ -121,12 +123,7 @@ class MetricsJsonl(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not args.should_save or not self.path.exists():
             return control
-        kept = [
-            line
-            for line in self.path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= state.global_step
-        ]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        keep_steps_up_to(self.path, state.global_step)
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -179,6 +176,11 @@ class FirstUpdateClipFraction(TrainerCallback):
         return control
 
 
+def _shown(value: object) -> str:
+    """A logged number for the bar; a step whose every reward was None logs none."""
+    return f"{value:.3f}" if isinstance(value, int | float) else "-"
+
+
 class RichProgress(TrainerCallback):
     """A progress bar with the step, the reward and the training accuracy (main process only)."""
 
@@ -203,12 +205,11 @@ class RichProgress(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.progress is not None and logs and "reward" in logs:
-            acc = logs.get("reward/accuracy", math.nan)
             self.progress.update(
                 self.task,
                 completed=state.global_step,
-                reward=f"{logs['reward']:.3f}",
-                acc=f"{acc:.3f}",
+                reward=_shown(logs["reward"]),
+                acc=_shown(logs.get("reward/accuracy")),
             )
         return control
 

@@ -89,7 +89,8 @@ def _zip_problem(path: Path) -> str | None:
     return None
 
 
-def _weights_problems(ckpt: Path) -> list[str]:
+def weights_problems(ckpt: Path) -> list[str]:
+    """Why the model weights saved in folder ``ckpt`` are not whole (empty: they are)."""
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = ckpt / index_name
         if index.exists():
@@ -118,7 +119,7 @@ def _weights_problems(ckpt: Path) -> list[str]:
 def checkpoint_problems(ckpt: str | Path) -> list[str]:
     """Why checkpoint directory ``ckpt`` cannot be resumed from (empty: it is complete)."""
     ckpt = Path(ckpt)
-    problems = _weights_problems(ckpt)
+    problems = weights_problems(ckpt)
     for name in ("optimizer.pt", "scheduler.pt"):
         path = ckpt / name
         if not path.is_file():

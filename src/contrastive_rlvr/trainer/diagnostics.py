@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 
 from ..algorithms import recipe_advantages, sequence_delta
 from ..algorithms.ops import Tensor, masked_mean
+from .jsonl import keep_steps_up_to
 
 DELTAS_FILE = "deltas.jsonl"
 
@@ -179,12 +180,7 @@ class TrainingDiagnostics(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         # On resume, drop lines of steps after the checkpoint (as metrics.jsonl does).
         if state.is_world_process_zero and self.path.exists():
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= state.global_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            keep_steps_up_to(self.path, state.global_step)
         return control
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):

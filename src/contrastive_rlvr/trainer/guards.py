@@ -28,6 +28,7 @@ an update that cannot be undone must not be trained on.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -64,6 +65,22 @@ class AllUpdatesSkipped(RuntimeError):
     """Every optimizer step of the run was skipped or rolled back: nothing was learned."""
 
 
+class NoTrainingSteps(RuntimeError):
+    """The run ended without one optimizer step (too few training rows for a step)."""
+
+
+class RewardExitError(RuntimeError):
+    """A reward function called ``sys.exit`` (or raised ``SystemExit``): the run stops with
+    an error naming it, never with the exit code the function chose."""
+
+
+#: Reward keyword arguments that are the trainer's objects, not rows: passed as they are.
+_SHARED_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
+#: The largest float32: TRL holds rewards in a float32 tensor, so a larger finite value
+#: would become inf there and be reported as non-finite.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def _preview(text: Any) -> str:
     text = str(text)
     return repr(text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "...")
@@ -96,8 +113,19 @@ class GuardedReward:
         return getattr(fn, attr)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
-        out = self.fn(prompts=prompts, completions=completions, **kwargs)  # as TRL calls it
         name = self.__name__
+        # Each function gets its own copy of the rows: one that edits ``completions`` in
+        # place must not change what the next function scores.
+        rows = {k: v if k in _SHARED_KWARGS else copy.deepcopy(v) for k, v in kwargs.items()}
+        try:
+            out = self.fn(  # as TRL calls it
+                prompts=copy.deepcopy(prompts), completions=copy.deepcopy(completions), **rows
+            )
+        except SystemExit as err:
+            raise RewardExitError(
+                f"reward function {name!r} called sys.exit({err.code!r}): a reward function "
+                "must return one float (or None) per completion, not end the process"
+            ) from err
         if isinstance(out, torch.Tensor):
             out = out.detach().cpu().reshape(-1).tolist()
         if isinstance(out, str | bytes) or not isinstance(out, (Sequence, *_array_types())):
@@ -124,12 +152,24 @@ class GuardedReward:
                     f"for row {row} (completion {_preview(completions[row])}): return a float "
                     "per completion (or None for a row it does not score)"
                 )
-            value = float(value)
+            huge = ""
+            try:
+                value = float(value)
+            except OverflowError:  # an int such as 10**400: no float holds it
+                huge = f" (an integer of {len(str(abs(value)))} digits, beyond any float)"
+                value = math.inf if value > 0 else -math.inf
+            if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+                raise NonFiniteRewardError(
+                    f"reward function {name!r} returned {value:g} for row {row} (completion "
+                    f"{_preview(completions[row])}): finite, but beyond the float32 range "
+                    f"(|r| <= {FLOAT32_MAX:.3g}) of the trainer's reward tensor; scale the "
+                    "reward down"
+                )
             if not math.isfinite(value):
                 if self.on_nonfinite == "error":
                     raise NonFiniteRewardError(
-                        f"reward function {name!r} returned {value} for row {row} (completion "
-                        f"{_preview(completions[row])}); fix the function, or set "
+                        f"reward function {name!r} returned {value}{huge} for row {row} "
+                        f"(completion {_preview(completions[row])}); fix the function, or set "
                         "nonfinite_rewards='skip_group' to skip such groups (counted)"
                     )
                 self.nonfinite += 1

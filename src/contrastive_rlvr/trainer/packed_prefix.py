@@ -53,6 +53,13 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .packed_kernels import (
+    KERNEL_FORMS,
+    VARLEN_ATTENTION,
+    flex_block_mask,
+    kernel_form,
+    varlen_layout,
+)
 from .prefix import distinct_rows
 
 # Attention implementations whose kernels take an arbitrary 4-D mask, and the mask form each
@@ -235,10 +242,10 @@ def supports_packed_prefix(model: torch.nn.Module) -> tuple[bool, str]:
     if config.get_text_config() is not config:
         return False, f"{config.model_type} is multimodal (its positions are not 1-D)"
     impl = getattr(config, "_attn_implementation", None)
-    if impl not in MASK_KINDS:
+    if impl not in MASK_KINDS and impl not in KERNEL_FORMS and kernel_form(impl) is None:
         return False, (
-            f"attn_implementation={impl!r} cannot take a custom 4-D mask "
-            f"(supported: {sorted(MASK_KINDS)})"
+            f"attn_implementation={impl!r} cannot take the packed layout "
+            f"(supported: {sorted(MASK_KINDS) + sorted(KERNEL_FORMS)})"
         )
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
@@ -440,11 +447,26 @@ def packed_prefix_forward(
     if layout is None:
         layout = build_packed_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
     inputs = {}
-    if MASK_KINDS[_unwrap(model).config._attn_implementation] == "split":
+    impl = _unwrap(model).config._attn_implementation
+    if impl in KERNEL_FORMS:
+        raise PackedPrefixUnsupported(
+            f"attn_implementation={impl!r} runs the packed layout once switched to its "
+            "kernel form (packed_kernels.enable_kernel_form)"
+        )
+    form = kernel_form(impl)
+    ids = layout.input_ids
+    if form is not None:
+        # The kernel forms read their own index of the layout; the 4-D mask only tells
+        # transformers that the mask is ready (passed through, not read).
+        key = "packed_varlen" if form == VARLEN_ATTENTION else "packed_flex"
+        inputs[key] = varlen_layout(layout) if key == "packed_varlen" else flex_block_mask(layout)
+        inputs["attention_mask"] = torch.ones(
+            ids.size(0), 1, 1, 1, dtype=torch.bool, device=ids.device
+        )
+    elif MASK_KINDS[impl] == "split":
         # The split attention reads the layout; the 4-D mask only tells transformers that the
         # mask is ready (it is passed through as is, and not read).
         inputs["packed_prefix"] = layout.split
-        ids = layout.input_ids
         inputs["attention_mask"] = torch.ones(
             ids.size(0), 1, 1, 1, dtype=torch.bool, device=ids.device
         )

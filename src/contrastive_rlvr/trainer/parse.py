@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
+import types
 import typing
 from importlib import resources
 from pathlib import Path
@@ -43,20 +45,91 @@ def default_config_path() -> Path:
     return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
 
 
-def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config file") -> dict:
+def load_yaml(
+    path: str | Path,
+    schema: type = RLVRConfig,
+    what: str = "config file",
+    checked_by_caller: frozenset[str] = frozenset(),
+) -> dict:
     """The mapping in a YAML file of ``schema``'s fields; unknown keys raise naming them,
-    the valid ones and the file."""
+    the valid ones and the file, and so do values of the wrong type (except the fields in
+    ``checked_by_caller``, which the caller converts and checks itself)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{what} {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(err).split())}") from err
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} must hold a mapping of field: value")
     known = {f.name for f in dataclasses.fields(schema)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
+    hints = typing.get_type_hints(schema)
+    for name, value in data.items():
+        if name not in checked_by_caller and not _fits(value, hints.get(name, typing.Any)):
+            raise ValueError(
+                f"{what} {path}: {name}={value!r} is a {type(value).__name__}, not a "
+                f"{_type_name(hints[name])}"
+            )
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently, so the first value would be ignored without a word)."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key!r} is given twice (lines {seen[key]} and "
+                    f"{key_node.start_mark.line + 1}): keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _fits(value: object, hint: object) -> bool:
+    """Whether a YAML value can be the field's value; a string is left to argparse's own
+    conversion of defaults (YAML reads ``1e-4`` as a string); unknown types pass."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if isinstance(value, str) and hint in (int, float, bool):
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint in (int, float):
+        ok = (int,) if hint is int else (int, float)
+        return isinstance(value, ok) and not isinstance(value, bool)
+    if hint is str or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return isinstance(value, str)
+    if origin in (list, tuple):
+        return isinstance(value, list | tuple) and all(
+            _fits(v, (args or (object,))[0]) for v in value
+        )
+    if origin is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(hint: object) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if hint is type(None):
+        return "null"
+    return getattr(hint, "__name__", str(hint)) if not args else str(hint)
 
 
 def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:

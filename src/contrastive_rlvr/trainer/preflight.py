@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: Seconds the Hub has to answer whether a model id exists.
+HUB_TIMEOUT_S = 10
 #: ``org/name`` or ``name``: what the Hugging Face Hub accepts as a repository id.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -83,10 +85,51 @@ def check_model_path(model: str) -> None:
                 "HF_HUB_OFFLINE is set so it cannot be downloaded; give a local model directory "
                 "or download it first"
             )
+    else:
+        check_hub_reachable(model)
+
+
+def check_report_to(report_to: Any) -> None:
+    """Every ``report_to`` integration named is installed (transformers would fail only
+    when the Trainer is built, after the model loaded)."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    available = get_available_reporting_integrations()
+    missing = [n for n in names if n not in ("none", "all") and n not in available]
+    if missing:
+        raise UserError(
+            f"report_to={names}: {', '.join(missing)} is not installed (installed: "
+            f"{', '.join(available) or 'none'}); install it, or set report_to=none"
+        )
+
+
+def check_hub_reachable(model: str) -> None:
+    """A Hub id that is not in the local cache must be reachable now (else the download
+    would fail inside the model's loading, as a traceback)."""
+    from huggingface_hub import model_info, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    try:
+        model_info(model, timeout=HUB_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - any failure to reach it is the user's to fix
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise UserError(
+            f"model={model!r} is not in the Hugging Face cache and the Hub cannot give it "
+            f"({type(err).__name__}: {reason}); check the id and the network, or give a "
+            "local model directory"
+        ) from err
 
 
 def check_output_dir(path: str | os.PathLike[str]) -> None:
-    """The output directory can be created and written to."""
+    """The output directory is named, and can be created and written to."""
+    if not str(path).strip():
+        # Path("") is the current folder: a run would write its files among the user's.
+        raise UserError(
+            f"output_dir={str(path)!r} is empty: give the folder the run writes to "
+            "(e.g. runs/my-run)"
+        )
     out = Path(path)
     existing = out
     while not existing.exists() and existing != existing.parent:
@@ -118,6 +161,7 @@ def preflight(config: Any) -> PreflightResult:
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
+    check_report_to(config.report_to)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
@@ -155,4 +199,16 @@ def preflight(config: Any) -> PreflightResult:
                 f"reward_weights={weights} has {len(weights)} entries for "
                 f"{len(config.rewards)} reward functions {config.rewards}: give one per function"
             )
+    # TRL's sampler draws whole batches of distinct prompts and drops a partial one: with
+    # fewer training rows than one batch needs, the run would train 0 steps.
+    needed = config.generation_batch_size // config.num_generations
+    rows = len(prompts.dataset) - config.heldout_size
+    if rows < needed:
+        raise UserError(
+            f"dataset={config.dataset!r} leaves {rows} training rows after heldout_size="
+            f"{config.heldout_size}, fewer than the {needed} distinct prompts one generation "
+            f"batch needs (generation_batch_size={config.generation_batch_size} / "
+            f"num_generations={config.num_generations}): add rows, or lower heldout_size or "
+            "the batch size"
+        )
     return result

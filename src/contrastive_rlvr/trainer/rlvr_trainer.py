@@ -20,6 +20,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
   run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
+- ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -38,6 +39,7 @@ from trl.trainer.utils import get_config_model_id
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
+from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .model_card import ProjectModelCard
@@ -48,7 +50,7 @@ from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, nee
 from .trl_settings import effective_recipe
 
 
-class RLVRTrainer(ProjectModelCard, GRPOTrainer):
+class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
     """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
 
     Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
@@ -68,15 +70,13 @@ class RLVRTrainer(ProjectModelCard, GRPOTrainer):
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
-        funcs = [] if reward_funcs is None else reward_funcs  # environments own the reward
-        funcs = guard_rewards(with_overlong_penalty(funcs, args), args.nonfinite_rewards)
-        super().__init__(model, funcs, args, *rest, **kwargs)
+        fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
+        super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
         config: RLVRConfig = self.args
         self.recipe = effective_recipe(config)
         self.loss = build_loss(config, self.recipe, self.model)
         self.loss_name = self.loss.name
-        self.nonfinite_losses = 0
-        self.skipped_updates = 0
+        self.nonfinite_losses = self.skipped_updates = 0
         self._nonfinite_pending = False
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring

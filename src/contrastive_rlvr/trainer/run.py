@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -16,9 +18,15 @@ from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from .callbacks import RichProgress
-from .checkpoints import config_differences, list_checkpoints, newest_complete_checkpoint
+from .checkpoints import (
+    config_differences,
+    list_checkpoints,
+    newest_complete_checkpoint,
+    weights_problems,
+)
 from .config import RLVRConfig
-from .guards import AllUpdatesSkipped, guard_reward
+from .folder_lock import OutputDirLock
+from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
 from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
@@ -31,12 +39,29 @@ CONFIG_FILE = "config.yaml"
 #: Files and folders of a run in its output directory (``sft-model`` is a reusable
 #: warm start, not a run: compare copies it in before the run starts).
 RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
+#: The first line of a config.yaml a run wrote: a config.yaml without it is the user's
+#: own file, which no run replaces or removes.
+RUN_CONFIG_HEADER = "# contrastive-rlvr train: the resolved config of the run in this folder"
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
     """Write every field of the resolved config as YAML (TrainingArguments.to_dict
-    turns enums into their values and hides tokens)."""
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=True))
+    turns enums into their values and hides tokens), under :data:`RUN_CONFIG_HEADER`."""
+    path.write_text(RUN_CONFIG_HEADER + "\n" + yaml.safe_dump(config.to_dict(), sort_keys=True))
+
+
+def _written_by_a_run(path: Path) -> bool:
+    with path.open(errors="replace") as f:
+        return f.readline().rstrip("\n") == RUN_CONFIG_HEADER
+
+
+def warm_start_problems(sft_dir: Path) -> list[str]:
+    """Why ``sft_dir`` is not a whole saved warm start (empty: it is): its config, its
+    settings record and its weights, checked from headers as checkpoints are."""
+    from ..embedded import SETTINGS_FILE
+
+    missing = [n for n in ("config.json", SETTINGS_FILE) if not (sft_dir / n).is_file()]
+    return [f"{n} is missing" for n in missing] + weights_problems(sft_dir)
 
 
 def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
@@ -47,14 +72,18 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         WarmStartConfig,
         arithmetic_reward,
         build_embedded_default,
-        heldout_accuracy,
+        heldout_correctness,
         load_char_tokenizer,
         make_datasets,
     )
 
     task = TaskConfig(terms=config.embedded_terms)
     sft_dir = out / SFT_DIR
-    if not (sft_dir / "config.json").exists():
+    problems = warm_start_problems(sft_dir) if sft_dir.exists() else ["absent"]
+    if problems != ["absent"] and problems:
+        # A save cut short (disk full, a kill) must not be reused on every rerun.
+        logger.warning("%s is not whole (%s): building it again", sft_dir, "; ".join(problems))
+    if problems:
         settings = EmbeddedSettings(
             seed=config.seed,
             task=task,
@@ -62,7 +91,12 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
             sft=WarmStartConfig(
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
-                context_budget=embedded_sft_context_budget(config),
+                # Read only by a reading warm start (a share of it > 0).
+                **(
+                    embedded_sft_context_budget(config)
+                    if config.embedded_sft_context_frac > 0
+                    else {"context_budget": None}
+                ),
                 context_truncation=config.bicc_truncation,
                 context_placement=embedded_sft_context_placement(config),
                 context_max_attempts=max(config.num_generations - 1, 1),
@@ -71,7 +105,12 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_temperature=config.temperature,
             ),
         )
-        build_embedded_default(sft_dir, settings=settings, sft_steps=config.embedded_sft_steps)
+        # Built aside and renamed into place, so that sft-model/ is whole or absent.
+        partial = out / f"{SFT_DIR}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        build_embedded_default(partial, settings=settings, sft_steps=config.embedded_sft_steps)
+        shutil.rmtree(sft_dir, ignore_errors=True)
+        os.replace(partial, sft_dir)
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
@@ -80,8 +119,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
 
-    def evaluate(m) -> float:
-        return heldout_accuracy(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
+    def evaluate(m) -> list[list[bool]]:
+        return heldout_correctness(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
 
     return dict(
         model=model,
@@ -106,25 +145,42 @@ def embedded_sft_context_placement(config: RLVRConfig) -> str:
     return resolve_placement(config.bicc_placement, False)
 
 
-def embedded_sft_context_budget(config: RLVRConfig) -> int:
+def embedded_sft_context_budget(config: RLVRConfig) -> dict:
     """The BiCC context budget a run of ``config`` on the embedded model gives, so that the
     reading warm start's contexts are cut as RL will cut them: ``context_budget`` with the
     task's longest prompt (every prompt of one length has the same characters count) and
-    the embedded model's positions."""
+    the embedded model's positions; with ``bicc_framing_budget='outside'`` the positions
+    cap the whole context (``context_room``). WarmStartConfig's ``context_*`` fields."""
     from ..algorithms import context_budget
+    from ..algorithms.bicc import context_room
     from ..embedded import TaskConfig, bicc_phrases, build_char_tokenizer, make_datasets
     from ..embedded.model import DEFAULT_MAX_POSITIONS
 
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
-    return context_budget(
+    inside = config.bicc_framing_budget == "inside"
+    budget = context_budget(
         config.bicc_context_ratio,
         longest_prompt=longest,
         max_completion_length=config.max_completion_length,
         max_seq_len=config.bicc_max_seq_len,
-        max_positions=DEFAULT_MAX_POSITIONS,
+        max_positions=DEFAULT_MAX_POSITIONS if inside else None,
     )
+    room = None
+    if not inside:
+        room = context_room(longest, config.max_completion_length, DEFAULT_MAX_POSITIONS)
+    if budget < 1 or (room is not None and room < 1):
+        raise UserError(
+            f"embedded_sft_context_frac={config.embedded_sft_context_frac} needs room for "
+            f"BiCC's context, but the longest prompt ({longest} tokens) plus "
+            f"max_completion_length={config.max_completion_length} leave none of "
+            f"bicc_max_seq_len={config.bicc_max_seq_len} (positions "
+            f"{DEFAULT_MAX_POSITIONS}) at bicc_context_ratio={config.bicc_context_ratio}: "
+            "lower max_completion_length or raise bicc_max_seq_len"
+        )
+    framing = config.bicc_framing_budget
+    return {"context_budget": budget, "context_framing": framing, "context_room": room}
 
 
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
@@ -204,6 +260,7 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(range(config.heldout_size, len(data)))
+    check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
     evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
     return dict(
@@ -219,11 +276,11 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
 def _heldout_evaluator(
     config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool
 ):
-    """avg@n of the first reward on ``heldout``: each prompt rendered as TRL renders it (its
-    chat template once, with ``chat_template_kwargs``), and the reward called as TRL calls it
-    (the raw prompt, the completion as a message list for a conversation, every other column
-    as a keyword argument)."""
-    from ..algorithms import avg_at_n
+    """Per held-out problem, which of its eval_n samples the first reward scores correct
+    (summary.json takes avg@n and its interval from it): each prompt rendered as TRL
+    renders it (its chat template once, with ``chat_template_kwargs``), and the reward
+    called as TRL calls it (the raw prompt, the completion as a message list for a
+    conversation, every other column as a keyword argument)."""
     from ..evaluation.generate import HFGenerator
 
     template_kwargs = config.chat_template_kwargs or {}
@@ -240,7 +297,7 @@ def _heldout_evaluator(
     ]
     columns = [c for c in heldout.column_names if c != "prompt"]
 
-    def evaluate(m) -> float:
+    def evaluate(m) -> list[list[bool]]:
         gen = HFGenerator(
             m,
             tokenizer,
@@ -261,9 +318,40 @@ def _heldout_evaluator(
             scores = reward([prompts[i]] * n, completions, **extra)
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
-        return avg_at_n(correct)
+        return correct
 
     return evaluate
+
+
+#: Prompts whose length is checked against the model's positions (the first of the
+#: shuffled dataset: tokenizing a huge dataset would cost more than the check is worth).
+PROMPT_LENGTH_SAMPLE = 2000
+
+
+def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts: list) -> None:
+    """Refuse prompts that with ``max_completion_length`` need more positions than the
+    model has (TRL does not cut prompts: the model would run past what it was trained on,
+    without a word)."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(positions, int) or not prompts:
+        return
+
+    def length(prompt: Any) -> int:
+        if isinstance(prompt, list):  # chat messages
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        return len(ids)
+
+    longest = max(length(p) for p in prompts)
+    if longest + config.max_completion_length > positions:
+        raise UserError(
+            f"dataset={config.dataset!r}: its longest prompt is {longest} tokens, which with "
+            f"max_completion_length={config.max_completion_length} needs more than the "
+            f"model's {positions} positions (max_position_embeddings); shorten the prompts "
+            "or lower max_completion_length"
+        )
 
 
 def _is_correct(score: float | None, threshold: float) -> bool:
@@ -280,9 +368,15 @@ def load_run_inputs(
 
 
 def holds_run(out: Path) -> list[str]:
-    """What of another run ``out`` holds (its config, summary, metrics, checkpoints)."""
+    """What of another run ``out`` holds (its config, summary, metrics, checkpoints).
+
+    A run's own config.yaml with nothing else is a start that failed or was stopped
+    before its first step: there is nothing to resume or lose, so it holds no run."""
     found = [name for name in RUN_FILES if (out / name).exists()]
-    return found + [p.name for p in reversed(list_checkpoints(out))]
+    found += [p.name for p in reversed(list_checkpoints(out))]
+    if found == [CONFIG_FILE] and _written_by_a_run(out / CONFIG_FILE):
+        return []
+    return found
 
 
 def _clear_run(out: Path) -> None:
@@ -294,11 +388,29 @@ def _clear_run(out: Path) -> None:
 
 
 def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
-    """Refuse a resume whose training fields differ from the run's config.yaml."""
+    """Refuse a resume whose training fields differ from the run's config.yaml, and one
+    whose config.yaml is gone or does not parse (its settings cannot be checked)."""
     saved_file = out / CONFIG_FILE
-    if not saved_file.exists():
+    allow = "set resume_allow_config_change=true to continue with this config's settings"
+    saved = None
+    if not saved_file.is_file():
+        if not (list_checkpoints(out) or (out / SUMMARY_FILE).exists()):
+            return  # nothing to resume: said below
+        problem = "is missing"
+    else:
+        try:
+            saved = yaml.safe_load(saved_file.read_text())
+            problem = None if isinstance(saved, dict) else "holds no mapping of fields"
+        except yaml.YAMLError as err:
+            problem = f"does not parse ({' '.join(str(err).split())[:120]})"
+    if problem is not None:
+        if not config.resume_allow_config_change:
+            raise UserError(
+                f"resume=True but {saved_file} {problem}, so the run's settings cannot be "
+                f"checked against these: put the file back, or {allow}"
+            )
+        logger.warning("resume: %s %s; continuing with this config", saved_file, problem)
         return
-    saved = yaml.safe_load(saved_file.read_text()) or {}
     diffs = config_differences(saved, config.to_dict())
     if not diffs:
         return
@@ -330,6 +442,13 @@ def plan_output_dir(
     ``may_write=False`` (processes other than the main one): the same answer, and the
     main process alone removes a run that ``overwrite_output_dir`` replaces."""
     if not config.resume:
+        own = out / CONFIG_FILE
+        if own.is_file() and not _written_by_a_run(own):
+            raise UserError(
+                f"output_dir={str(out)!r} holds a config.yaml that no run wrote (your own "
+                "config file?); a run writes its config.yaml there, so choose another "
+                "output_dir or move the file (overwrite_output_dir never replaces it)"
+            )
         found = holds_run(out)
         if found:
             if not config.overwrite_output_dir:
@@ -346,9 +465,21 @@ def plan_output_dir(
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
-            return None, json.loads(summary_file.read_text())
+            summary = json.loads(summary_file.read_text())
         except json.JSONDecodeError:
             logger.warning("%s does not parse: resuming the run", summary_file)
+        else:
+            if not _extends(config, summary):
+                return None, summary
+            # max_steps raised past the finished run's (the config check let it through,
+            # so resume_allow_config_change is set): train on from its last checkpoint.
+            logger.warning(
+                "resume: extending the finished run from %s to %d steps (its summary kept "
+                "as summary.before-resume.json)",
+                summary.get("steps"),
+                config.max_steps,
+            )
+            os.replace(summary_file, out / "summary.before-resume.json")
     checkpoint, skipped = newest_complete_checkpoint(out)
     if checkpoint is None:
         if not skipped:
@@ -357,6 +488,13 @@ def plan_output_dir(
                 "start it without resume"
             )
         detail = "; ".join(f"{p.name}: {', '.join(why)}" for p, why in skipped)
+        if all(_weights_only(why) for _, why in skipped):
+            raise UserError(
+                f"resume=True but the checkpoints in {out} hold the weights only "
+                f"(save_only_model=true: {detail}), which a run cannot resume from; to "
+                f"go on from {skipped[0][0].name}, train with --model {skipped[0][0]} in "
+                "another output_dir (overwrite_output_dir=true would delete these weights)"
+            )
         raise UserError(
             f"resume=True but no checkpoint in {out} is complete ({detail}); start the run "
             "again with overwrite_output_dir=true"
@@ -365,6 +503,57 @@ def plan_output_dir(
         logger.warning("resume: skipped incomplete %s (%s)", path.name, "; ".join(why))
     logger.warning("resume: from %s", checkpoint)
     return str(checkpoint), None
+
+
+def _any_step_scored(metrics_file: Path, first: int) -> bool:
+    """Whether a step after ``first`` logged a numeric reward (TRL logs None for a step
+    whose every reward was None, and metrics.jsonl keeps numbers only). True when there
+    is no file to tell (another process writes it, or logging is off)."""
+    if not metrics_file.exists():
+        return True
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("step", 0) > first]
+    return not rows or any(isinstance(r.get("reward"), int | float) for r in rows)
+
+
+def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
+    """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
+    records with it: the counts behind it and its bootstrap interval over problems."""
+    from ..algorithms import avg_at_n
+    from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+
+    value = avg_at_n(correct)
+    ci = bootstrap_mean_ci([sum(row) / len(row) for row in correct])
+    counts = {
+        "problems": len(correct),
+        "samples": sum(len(row) for row in correct),
+        "correct": sum(sum(row) for row in correct),
+        "avg_at_n": value,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "level": ci.level,
+        "interval": BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+    }
+    return value, counts
+
+
+def _extends(config: RLVRConfig, summary: dict) -> bool:
+    """Whether ``config`` asks for more steps than the finished run ``summary`` made."""
+    steps = summary.get("steps")
+    return (
+        "error" not in summary
+        and isinstance(steps, int)
+        and config.max_steps >= 1
+        and config.max_steps > steps
+    )
+
+
+def _weights_only(problems: list[str]) -> bool:
+    """A checkpoint whose only problems are the optimizer and scheduler files missing: one
+    saved with ``save_only_model=true``."""
+    return bool(problems) and all(
+        p in ("optimizer.pt is missing", "scheduler.pt is missing") for p in problems
+    )
 
 
 def _distributed_state(config: RLVRConfig):  # noqa: ANN202
@@ -378,7 +567,7 @@ def _distributed_state(config: RLVRConfig):  # noqa: ANN202
     return config.distributed_state
 
 
-def _on_main(state: Any, evaluate: Any, model: Any) -> float:
+def _on_main(state: Any, evaluate: Any, model: Any) -> Any:
     """The held-out evaluation once, on the main process; every process gets its value."""
     value = evaluate(model) if state.is_main_process else None
     if state.num_processes > 1:
@@ -395,15 +584,32 @@ def train(
 
     Writes to ``config.output_dir``: ``config.yaml`` (resolved), checkpoints,
     ``metrics.jsonl`` and ``summary.json`` (held-out avg@n before and after RL).
+    The folder is locked for the whole run (``folder_lock``): a second run into it
+    is refused while this one lives.
     """
     torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
+    state = _distributed_state(config)
+    # One writer per folder: the main process holds the lock for the whole run (the others
+    # only read the folder, after it, and wait for it at each write).
+    lock = OutputDirLock(out) if state.is_main_process else contextlib.nullcontext()
+    with lock:
+        return _train_locked(config, out, checked, extra_callbacks, progress, state)
+
+
+def _train_locked(
+    config: RLVRConfig,
+    out: Path,
+    checked: PreflightResult,
+    extra_callbacks: list | None,
+    progress: bool,
+    state: Any,
+) -> dict:
     # Under several processes (torchrun) every one plans from the folder as it was; only
     # the main process writes it, after all have read it, and builds the embedded warm
     # start while the others wait (they then load it).
-    state = _distributed_state(config)
     main = state.is_main_process
     resume, finished = plan_output_dir(config, out, may_write=main)
     if finished is not None:
@@ -438,7 +644,8 @@ def train(
     trainer.remove_callback(PrinterCallback)
     if progress:
         trainer.add_callback(RichProgress())
-    if resume is not None and _at_end(resume, config):
+    eval_only = resume is not None and _at_end(resume, config)
+    if eval_only:
         # Stopped after its last checkpoint, before its summary: the Trainer would train
         # one step more; load the checkpoint and finish with the evaluation only.
         logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
@@ -451,6 +658,8 @@ def train(
     trainer.create_model_card()
     trainer.save_model(str(out))
     after = _on_main(state, parts["evaluate"], trainer.model)
+    before, before_counts = heldout_score(before)
+    after, after_counts = heldout_score(after)
     summary = {
         "recipe": config.recipe,
         "bicc": config.bicc,
@@ -460,6 +669,8 @@ def train(
         "heldout_avg@n_before": before,
         "heldout_avg@n_after": after,
         "eval_n": config.eval_n,
+        "heldout_before": before_counts,
+        "heldout_after": after_counts,
         "nonfinite_losses": trainer.nonfinite_losses,
         "skipped_updates": trainer.skipped_updates,
         "rolled_back_updates": update_guard.rolled_back,
@@ -469,14 +680,28 @@ def train(
     first = int(resume.rsplit("-", 1)[1]) if resume else 0
     steps_here = trainer.state.global_step - first
     lost = trainer.skipped_updates + update_guard.rolled_back
-    if steps_here > 0 and lost >= steps_here:
+    if steps_here == 0 and not eval_only:
+        summary["error"] = (
+            f"the run trained 0 optimizer steps ({len(parts['train'])} training rows, "
+            f"max_steps={config.max_steps}, num_train_epochs={config.num_train_epochs}): "
+            "give more training rows than one step's prompts, or more steps"
+        )
+    elif steps_here > 0 and lost >= steps_here:
         summary["error"] = (
             f"every one of the {steps_here} optimizer steps was skipped (non-finite loss or "
             f"gradient: {trainer.skipped_updates}) or rolled back (non-finite parameters: "
             f"{update_guard.rolled_back}): the run learned nothing"
         )
+    elif steps_here > 0 and not _any_step_scored(out / "metrics.jsonl", first):
+        summary["error"] = (
+            f"no completion of the {steps_here} steps was scored: every reward function "
+            "returned None for every row, so every advantage was 0 and the run learned "
+            "nothing; fix the reward functions"
+        )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    if steps_here == 0 and not eval_only:
+        raise NoTrainingSteps(summary["error"])
     if "error" in summary:
         raise AllUpdatesSkipped(f"{summary['error']}; see {out / 'metrics.jsonl'}")
     return summary

@@ -34,7 +34,14 @@ from typing import Any, Literal
 
 import torch
 
-from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
+from .packed_kernels import enable_kernel_form
+from .packed_prefix import (
+    PackedPrefixUnsupported,
+    _unwrap,
+    enable_split_attention,
+    packed_prefix_forward,
+    supports_packed_prefix,
+)
 from .prefix import shared_prefix_logps
 from .probe import probe_packed_forward
 
@@ -102,9 +109,15 @@ class PromptSharing:
         if key not in self._forms:
             ok, reason = supports_packed_prefix(model)
             if ok:
-                enable_split_attention(model)
+                attention = "split SDPA" if enable_split_attention(model) else None
+                kernel = enable_kernel_form(model)
+                attention = attention or kernel or _unwrap(model).config._attn_implementation
                 self._forms[key] = "packed"
-                logger.info("prompt sharing (%s): packed forward, once its probe passes", role)
+                logger.info(
+                    "prompt sharing (%s): packed forward (%s attention), once its probe passes",
+                    role,
+                    attention,
+                )
             elif self.cache_allowed:
                 self._forms[key] = "cache"
                 logger.warning("prompt sharing (%s): key/value-cache form, as %s", role, reason)
@@ -215,8 +228,11 @@ class PromptSharing:
         # Under gradient: one forward for the micro-batch (DDP, ZeRO and checkpointing need
         # one forward per backward). Without: TRL's chunking of the generation batch.
         chunk = None if torch.is_grad_enabled() else batch_size
-        with autocast():
-            logps, entropies = packed_prefix_forward(
-                model, *tensors, chunk_rows=chunk, entropy=compute_entropy
-            )
+        try:
+            with autocast():
+                logps, entropies = packed_prefix_forward(
+                    model, *tensors, chunk_rows=chunk, entropy=compute_entropy
+                )
+        except PackedPrefixUnsupported as err:  # this batch only (flash varlen's holes)
+            return self._per_row(str(err))
         return logps, entropies, None

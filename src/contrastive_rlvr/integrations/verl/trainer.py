@@ -2,25 +2,34 @@
 
 Registered in verl's trainer registry; select it with
 ``trainer.v1.trainer_mode=crlvr_sync``. It is verl's ``sync`` trainer
-(``PPOTrainerSync``) with three hooks overridden, each doing one thing:
+(``PPOTrainerSync``) with these hooks overridden, each doing one thing:
 
+- ``__init__``: :func:`check_settings` refuses, naming the field, every
+  combination the hooks cannot run, before any worker starts.
+- ``_init_tokenizer``: verl's, also keeping the model's EOS list and window
+  for BiCC's rows (what the TRL path reads from the model).
 - ``_compute_advantage``: for the ``crlvr_*`` estimators that need more than
   rewards (RCC needs the reference log-probs, ConSPO the training progress for
   its margin), reads those fields and calls the registered estimator with
   them; every other estimator goes to verl's own path unchanged.
 - ``_update_actor``: with ``policy_loss.bicc=True``, rewrites each row's
-  prompt to BiCC's ``[q ; O_opposite]`` (and, in the ``consistent`` ratio
-  mode, recomputes the old log-probs on it) for the duration of the update,
-  then puts the plain rows back. The old and reference log-probs of the
-  ``paper`` mode, the RCC delta and the logged metrics all see the plain prompt.
-- ``_balance_batch``: with ConSPO, balances whole groups over the data-parallel
+  prompt to its conditioned prompt, built by the TRL stage's
+  :class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement,
+  chat rendering, budget, template, EOS list), and in the ``consistent`` ratio
+  mode recomputes the old log-probs (and, with a KL loss, the reference ones)
+  on it, for the duration of the update, then puts the plain rows back. The
+  old and reference log-probs of the ``paper`` mode, the RCC delta and the
+  logged metrics all see the plain prompt.
+- ``_balance_batch``: with BiCC, balances on the conditioned lengths the
+  update sees; with ConSPO, balances whole groups over the data-parallel
   ranks (verl balances rows, which splits groups), after checking the settings
   that keep every micro-batch made of whole groups.
 
 Not supported with these features: multi-modal rows (BiCC rebuilds 1-D
 position ids), multi-output agent loops (one row per session), rewards with
 an in-reward KL penalty (``algorithm.use_kl_in_reward``) for the RCC/ConSPO
-estimators, rollout-correction weights with the ``crlvr_*`` losses.
+estimators, rollout-correction weights with the ``crlvr_*`` losses,
+``bicc_mix < 1`` (docs/scale-out.md, "Refused at start").
 """
 
 from __future__ import annotations
@@ -381,7 +390,9 @@ class CrlvrTrainer(PPOTrainerSync):
         got = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
-        messages = list(got["raw_prompt"]) if chat else None
+        # raw_prompt comes back as lists, a non-tensor stack or numpy object arrays of
+        # message dicts, depending on TransferQueue's backend: make each a list.
+        messages = [list(m) for m in got["raw_prompt"]] if chat else None
         if messages is not None and not all(is_chat(m) for m in messages):
             messages = None  # text prompts: auto means after_prompt, user_turn raises
         tokenizer = self.tokenizer

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ...algorithms import AGG_MODES, RECIPES, get_recipe
 from ..trl_settings import resolve_clip, resolve_kl, resolve_loss_type, resolve_scale_rewards
-from .common import check
+from .common import check, finite
 
 
 @dataclass
@@ -75,7 +75,13 @@ class RecipeOptions:
             "True needs a recipe TRL has."
         },
     )
-    adv_eps: float = field(default=1e-6, metadata={"help": "eps in (R - mean) / (std + eps)."})
+    adv_eps: float = field(
+        default=1e-4,
+        metadata={
+            "help": "eps in (R - mean) / (std + eps). The default is TRL's (GRPOTrainer adds "
+            "1e-4), so the project's advantages are TRL's on every recipe (docs/trl-parity.md)."
+        },
+    )
     reward_threshold: float = field(
         default=0.5,
         metadata={
@@ -112,9 +118,18 @@ class RecipeOptions:
     def validate_recipe(self) -> None:
         check(self.recipe in RECIPES, "recipe", self.recipe, f"choose one of {', '.join(RECIPES)}")
         check(self.beta is None or self.beta >= 0, "beta", self.beta, "must be >= 0")
-        for name in ("clip_low", "clip_high"):
+        # epsilon / epsilon_high are TRL's names for the clip range; TRL checks neither, so
+        # a negative one would train with a clip window that excludes the ratio 1.
+        for name in ("clip_low", "clip_high", "epsilon", "epsilon_high"):
             v = getattr(self, name)
-            check(v is None or v >= 0, name, v, "must be >= 0 (or unset for the recipe default)")
+            check(
+                v is None or (finite(v) and v >= 0),
+                name,
+                v,
+                "must be a finite number >= 0 (or unset for the recipe default)",
+            )
+        iters = self.num_iterations  # TRL's field: 0 would give a run of no optimizer step
+        check(iters >= 1, "num_iterations", iters, "must be >= 1 (updates per generation)")
         check(
             self.loss_agg is None or self.loss_agg in AGG_MODES,
             "loss_agg",
