@@ -160,7 +160,13 @@ def train(
     from .trainer.parse import config_help, parse_config
 
     if fields or show_help:
-        typer.echo(config_help())
+        # The defaults shown are the values this command line would run with (its --config
+        # or the base YAML of its --model); the code's own where it does not parse.
+        try:
+            resolved = parse_config(config, _take_debug(list(ctx.args)))
+        except (ValueError, SystemExit):
+            resolved = None
+        typer.echo(config_help(resolved))
         raise typer.Exit(0)
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
