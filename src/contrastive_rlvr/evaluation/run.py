@@ -28,8 +28,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..rewards import MathVerifyReward
-from .benchmarks import benchmarks_dir, get_benchmark_spec, load_benchmark
-from .cache import HASH_INDEX, GenerationCache, state_fingerprint, weights_fingerprint
+from .benchmarks import (
+    BenchmarkSource,
+    benchmarks_dir,
+    get_benchmark_spec,
+    is_file_item,
+    load_source,
+    parse_fields,
+    resolve_benchmark,
+)
+from .cache import (
+    HASH_INDEX,
+    GenerationCache,
+    fingerprint,
+    state_fingerprint,
+    weights_fingerprint,
+)
 from .generate import (
     DEFAULT_INSTRUCTION,
     Generator,
@@ -51,7 +65,11 @@ class EvalConfig:
     model: str
     """HF model id, local directory, ``.gguf`` file, or alias such as ``smollm2-135m``."""
     benchmarks: list[str] = field(default_factory=lambda: ["math500"])
-    """Benchmark names (see ``evaluation.benchmarks.BENCHMARKS``)."""
+    """Benchmark names (``evaluation.benchmarks.BENCHMARKS``) or files (a ``.jsonl``,
+    ``.json`` or ``.parquet`` path, or ``NAME=PATH``)."""
+    benchmark_fields: str | None = None
+    """Field mapping of the file benchmarks: ``prompt=question,answer=answer,id=qid,
+    format=gsm8k`` (unset: detected as for training data)."""
     n: int = 32
     """Samples per problem; sample j uses seed j."""
     limit: int | None = None
@@ -97,7 +115,15 @@ class EvalConfig:
         if not self.benchmarks:
             raise ValueError("benchmarks: give at least one benchmark name")
         for name in self.benchmarks:
-            get_benchmark_spec(name)
+            if not is_file_item(name):
+                get_benchmark_spec(name)
+        parse_fields(self.benchmark_fields)
+        if self.benchmark_fields and not any(map(is_file_item, self.benchmarks)):
+            raise ValueError(
+                f"benchmark_fields={self.benchmark_fields!r} maps the fields of a benchmark "
+                f"file, but benchmarks={','.join(self.benchmarks)} names none (named "
+                "benchmarks have their own fields): give a file or drop benchmark_fields"
+            )
 
     def generation_setting(self, backend: str, weights: str) -> dict[str, Any]:
         """What determines a sample (the cache key), apart from problem and seed:
@@ -167,16 +193,28 @@ def _sample_all(
     progress: Progress,
     label: str,
 ) -> list[list[str]]:
-    """Completions ``[problem][seed]``, generating only what the cache lacks."""
-    todo = {s: [i for i in range(len(ids)) if cache.get(ids[i], s) is None] for s in range(n)}
-    cached = len(ids) * n - sum(len(m) for m in todo.values())
+    """Completions ``[problem][seed]``, generating only what the cache lacks.
+
+    Problems go in fixed batches of ``batch_size`` (0..B-1, B..2B-1, ...), and a batch
+    is generated whole when any of its samples is missing or was drawn in another batch
+    (HF draws a batch from one seed): so ``--limit 24`` after ``--limit 20`` gives the
+    samples a fresh ``--limit 24`` gives, and a resumed run those of an uninterrupted one.
+    """
+    chunks = [list(range(s, min(s + batch_size, len(ids)))) for s in range(0, len(ids), batch_size)]
+    keys = [fingerprint({"batch": [ids[i] for i in chunk]}) for chunk in chunks]
+    todo = {
+        s: [
+            c for c, key in enumerate(keys) if any(cache.batch(ids[i], s) != key for i in chunks[c])
+        ]
+        for s in range(n)
+    }
+    cached = len(ids) * n - sum(len(chunks[c]) for todo_s in todo.values() for c in todo_s)
     task = progress.add_task(label, total=len(ids) * n, completed=cached)
     for seed, missing in todo.items():
-        # Chunks of batch_size, each saved as soon as it is done (resume point).
-        for start in range(0, len(missing), batch_size):
-            chunk = missing[start : start + batch_size]
+        for c in missing:  # each batch saved as soon as it is done (resume point)
+            chunk = chunks[c]
             texts = generator.generate([prompts[i] for i in chunk], seed)
-            cache.add((ids[i], seed, text) for i, text in zip(chunk, texts, strict=True))
+            cache.add(((ids[i], seed, text) for i, text in zip(chunk, texts, strict=True)), keys[c])
             progress.advance(task, len(chunk))
     return [[cache.get(pid, seed) or "" for seed in range(n)] for pid in ids]
 
@@ -214,22 +252,65 @@ def _score(
     return summarize(benchmark, correct, unparsed, dict(events))
 
 
-def _check_inputs(config: EvalConfig, out_dir: Path, model: Any) -> dict[str, Any]:
-    """What can be checked before the model loads; returns the benchmarks' problems."""
+def _check_inputs(
+    config: EvalConfig, out_dir: Path, model: Any
+) -> tuple[dict[str, Any], dict[str, BenchmarkSource]]:
+    """What can be checked before the model loads; returns the benchmarks' problems and
+    where each was read from."""
     from ..trainer.preflight import check_model_path, check_output_dir
 
     check_output_dir(out_dir)
     benchmarks_dir(config.benchmarks_dir)  # a given directory must exist
-    datasets = {
-        name: load_benchmark(name, data_dir=config.benchmarks_dir, limit=config.limit)
-        for name in config.benchmarks
-    }
+    sources: dict[str, BenchmarkSource] = {}
+    for item in config.benchmarks:
+        src = resolve_benchmark(
+            item, data_dir=config.benchmarks_dir, fields=config.benchmark_fields
+        )
+        if src.name in sources:
+            raise ValueError(
+                f"benchmarks: two items are named {src.name!r} ({sources[src.name].source} "
+                f"and {src.source}); name one NAME=PATH"
+            )
+        sources[src.name] = src
+    datasets = {name: load_source(src, limit=config.limit) for name, src in sources.items()}
+    _check_same_model(out_dir, config.model)
     if model is None:
         check_model_path(config.model)
         problems = _saved_weights_problems(Path(config.model).expanduser())
         if problems:
             raise ValueError(f"model={config.model!r}: its weights are not whole: {problems}")
-    return datasets
+    return datasets, sources
+
+
+def _file_digest(path: str) -> str:
+    """sha256 of a benchmark file: its samples are cached under its content, so an edited
+    file (or another with the same name) is not answered from another's cache."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _folder_read(sources: dict[str, BenchmarkSource]) -> str | None:
+    """The one folder every local benchmark was read from, or None (several, or the Hub)."""
+    folders = {str(Path(s.source).parent) for s in sources.values() if s.origin != "hub"}
+    return folders.pop() if len(folders) == 1 else None
+
+
+def _check_same_model(out_dir: Path, model: str) -> None:
+    """A folder holds the evaluation of one model: a folder with the results of another
+    model is refused, so that its samples are never left beside this one's results. (New
+    weights under the same name are this model's: the cache is keyed by their content.)"""
+    try:
+        held = json.loads((out_dir / "results.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return
+    held_model = (held.get("config") or {}).get("model") if isinstance(held, dict) else None
+    if held_model is not None and held_model != model:
+        raise ValueError(
+            f"output_dir={str(out_dir)!r} holds the evaluation of model={held_model!r}: "
+            "choose another output_dir for this model (results and samples of two models "
+            "are never mixed in one folder)"
+        )
 
 
 def _saved_weights_problems(path: Path) -> str | None:
@@ -256,7 +337,7 @@ def evaluate(
     """
     console = console or Console()
     out_dir = Path(config.output_dir)
-    datasets = _check_inputs(config, out_dir, model)  # before any model loads
+    datasets, sources = _check_inputs(config, out_dir, model)  # before any model loads
     index = out_dir / "generations" / HASH_INDEX
     before = None if model is not None else weights_fingerprint(config.model, index)
     generator, tokenizer, backend = _make_generator(config, model, tokenizer)
@@ -295,21 +376,33 @@ def evaluate(
         for name, ds in datasets.items():
             ids, golds = list(ds["id"]), list(ds["answer"])
             prompts = [build_prompt(tokenizer, p, config.instruction, chat) for p in ds["prompt"]]
-            cache = GenerationCache(out_dir / "generations", name, setting)
+            src = sources[name]
+            file_key = {} if src.origin == "hub" else {"benchmark_file": _file_digest(src.source)}
+            cache = GenerationCache(out_dir / "generations", name, {**setting, **file_key})
             completions = _sample_all(
                 generator, cache, ids, prompts, config.n, config.batch_size, progress, name
             )
-            reports.append(
-                _score(reward, name, ids, golds, completions, out_dir / "samples" / f"{name}.jsonl")
+            report = _score(
+                reward, name, ids, golds, completions, out_dir / "samples" / f"{name}.jsonl"
             )
+            report.source = src.source
+            reports.append(report)
     results_path = out_dir / "results.json"
     payload = {
         "config": asdict(config),
         "backend": backend,
         "weights": weights,
+        # The folder or file each benchmark was read from (config.benchmarks_dir is only
+        # what was given; None there is not "nothing read").
+        "benchmarks_dir": _folder_read(sources),
+        "benchmark_sources": {
+            n: {"source": s.source, "origin": s.origin} for n, s in sources.items()
+        },
         "benchmarks": {r.benchmark: r.to_json() for r in reports},
     }
     results_path.write_text(json.dumps(payload, indent=2))
     console.print(results_table(reports, title=f"{config.model}  (n={config.n})"))
+    for name, src in sources.items():
+        console.print(f"{name}: read from {src.source} ({src.origin})")
     console.print(f"results: {results_path}")
     return EvalResult(reports=reports, results_path=results_path)
