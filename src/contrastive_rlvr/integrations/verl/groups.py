@@ -170,6 +170,8 @@ def bicc_rows(
             rewards[order],
             group_size,
             budget=budget,
+            max_positions=max_positions,  # with the framing outside, the whole context's cap
+            longest_prompt=longest,
             pad_token_id=pad_token_id,
             messages=None if messages is None else [messages[r] for r in rows],
             render=render,
