@@ -396,7 +396,7 @@ def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
     from contrastive_rlvr.trainer.run import load_run_inputs
 
     config = tmp_path / "c.yaml"
-    config.write_text("max_steps: 2\n")
+    config.write_text("model: embedded\nmax_steps: 2\n")  # a YAML must name its model now
     seen = []
 
     def stop(out, settings, sft_steps):

@@ -61,7 +61,8 @@ def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config f
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
-    hints = typing.get_type_hints(schema)
+    # The training config's values (a compare file converts its own after reading).
+    hints = typing.get_type_hints(schema) if schema is RLVRConfig else {}
     for name, value in data.items():
         if not _fits(value, hints.get(name, typing.Any)):
             raise ValueError(
