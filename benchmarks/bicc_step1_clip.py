@@ -11,8 +11,8 @@ their mean, then each seed's clip split, mean ratio and context, and writes the 
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 RECIPES = ("grpo", "dr_grpo", "dapo", "gmpo", "gspo", "conspo")
@@ -61,4 +61,6 @@ def main(out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder of the one-step runs (OUT/<recipe>/...)")
+    main(parser.parse_args().out)

@@ -6,12 +6,12 @@ set -euo pipefail
 OUT=${1:-runs/real-smollm2}
 STEPS=${2:-24}
 PY=${PY:-python}
-mkdir -p "$OUT/data/heldout"
+mkdir -p "$OUT/data"
 # 144 distinct sums, shuffled with seed 0: the first 40 held out, the other 104 train.
 $PY benchmarks/word_problems.py --task sums --n 144 --seed 0 --out "$OUT/data/all.jsonl"
-head -n 40 "$OUT/data/all.jsonl" > "$OUT/data/heldout/gsm8k_test.jsonl"
+head -n 40 "$OUT/data/all.jsonl" > "$OUT/data/heldout.jsonl"
 tail -n +41 "$OUT/data/all.jsonl" > "$OUT/data/train.jsonl"
-EVAL=(--benchmarks gsm8k --benchmarks-dir "$OUT/data/heldout" --n 2 --max-new-tokens 64
+EVAL=(--benchmarks "sums=$OUT/data/heldout.jsonl" --benchmark-fields prompt=question,answer=answer,id=id,format=gsm8k --n 2 --max-new-tokens 64
       --temperature 0.7 --top-p 1.0 --batch-size 40 --backend hf --last-number-fallback)
 $PY -m contrastive_rlvr.cli eval --model smollm2-135m "${EVAL[@]}" --output-dir "$OUT/eval-before"
 $PY -m contrastive_rlvr.cli train --model smollm2-135m --dataset "$OUT/data/train.jsonl" \

@@ -7,9 +7,9 @@ harder for it (about 7% at temperature 0.6, measured with ``contrastive-rlvr eva
 ``{"id", "question", "answer"}`` with the answer written GSM8K-style
 (``"#### 7"``), so one file serves both ``contrastive-rlvr train --dataset``
 (the loader reduces the answer to ``7``) and ``contrastive-rlvr eval
---benchmarks gsm8k --benchmarks-dir DIR`` (when saved as ``DIR/gsm8k_test.jsonl``).
+--benchmarks sums=FILE --benchmark-fields prompt=question,answer=answer,format=gsm8k``.
 
-    python benchmarks/word_problems.py --out runs/sums/gsm8k_test.jsonl --n 144 --seed 0
+    python benchmarks/word_problems.py --out runs/sums/sums.jsonl --n 144 --seed 0
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
-from contrastive_rlvr.evaluation import EvalConfig, benchmarks_dir, evaluate, ks_for, summarize
+from contrastive_rlvr.evaluation import EvalConfig, evaluate, ks_for, summarize
+from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR
 from contrastive_rlvr.evaluation.generate import HFGenerator
 from contrastive_rlvr.evaluation.run import _score
 from contrastive_rlvr.rewards import MathVerifyReward
@@ -77,9 +78,7 @@ def tiny_model_dir(tmp_path_factory):
 
 
 def test_eval_smoke_writes_json_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    data_dir = benchmarks_dir()
-    if data_dir is None:
-        pytest.skip("../shared/benchmarks not found")
+    data_dir = PACKAGED_DIR  # gsm8k ships with the package
     out = tmp_path / "out"
     config = EvalConfig(
         model=str(tiny_model_dir),
@@ -103,6 +102,8 @@ def test_eval_smoke_writes_json_and_resumes(tiny_model_dir, tmp_path, monkeypatc
     first = evaluate(config).reports[0]
     assert sorted(calls, key=lambda c: c[1]) == [(2, 0), (2, 1)]  # one batch per seed
     results = json.loads((out / "results.json").read_text())
+    assert results["benchmarks_dir"] == str(PACKAGED_DIR)  # the folder read, not null
+    assert results["benchmark_sources"]["gsm8k"]["origin"] == "benchmarks_dir"
     report = results["benchmarks"]["gsm8k"]
     assert (report["problems"], report["n"], report["samples"]) == (2, 2, 4)
     assert set(report["pass_at_k"]) == {"1", "2"}
@@ -137,3 +138,32 @@ def test_cli_reports_bad_input():
     result = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmarks", "nope"])
     assert result.exit_code == 2
     assert "unknown benchmark 'nope'" in result.output
+
+
+def test_benchmark_fields_without_a_file_is_refused():
+    with pytest.raises(ValueError, match="names none"):
+        EvalConfig(model="m", benchmarks=["math500"], benchmark_fields="prompt=q")
+
+
+def test_eval_of_a_file_with_a_field_mapping_records_what_it_read(tiny_model_dir, tmp_path):
+    data = tmp_path / "data" / "heldout.jsonl"
+    data.parent.mkdir()
+    rows = [{"id": f"wp-{i}", "question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}
+            for i in range(3)]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", f"sums={data}", "--n", "1"]
+    args += ["--benchmark-fields", "prompt=question,answer=answer,id=id,format=gsm8k"]
+    args += ["--max-new-tokens", "4", "--output-dir", str(out), "--backend", "hf"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["benchmarks_dir"] == str(data.parent)
+    assert results["benchmark_sources"] == {"sums": {"source": str(data), "origin": "file"}}
+    report = results["benchmarks"]["sums"]
+    assert (report["problems"], report["samples"], report["source"]) == (3, 3, str(data))
+    golds = [
+        json.loads(x)["gold"] for x in (out / "samples" / "sums.jsonl").read_text().split("\n") if x
+    ]
+    assert golds == ["1", "2", "3"]
+    assert f"sums: read from {data}" in result.output.replace("\n", "")

@@ -11,7 +11,8 @@ import pytest
 
 from contrastive_rlvr.embedded.model import build_tiny_model
 from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
-from contrastive_rlvr.evaluation import EvalConfig, benchmarks_dir, evaluate
+from contrastive_rlvr.evaluation import EvalConfig, evaluate
+from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR
 from contrastive_rlvr.evaluation.cache import file_sha256, weights_fingerprint
 from contrastive_rlvr.evaluation.generate import HFGenerator
 
@@ -45,9 +46,7 @@ def counted(monkeypatch) -> list[int]:
 
 
 def test_swapped_weights_are_evaluated_again(tmp_path, counted):
-    data_dir = benchmarks_dir()
-    if data_dir is None:
-        pytest.skip("../shared/benchmarks not found")
+    data_dir = PACKAGED_DIR  # gsm8k ships with the package
     model_dir = save_model(tmp_path / "model", seed=0)
     weights = model_dir / "model.safetensors"
 

@@ -396,7 +396,8 @@ def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
     from contrastive_rlvr.trainer.run import load_run_inputs
 
     config = tmp_path / "c.yaml"
-    config.write_text("model: embedded\nmax_steps: 2\n")  # a YAML must name its model now
+    # A YAML of TRL fields alone must name its model (issue 18): the embedded one here.
+    config.write_text("model: embedded\nmax_steps: 2\n")
     seen = []
 
     def stop(out, settings, sft_steps):

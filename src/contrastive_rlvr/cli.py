@@ -41,6 +41,24 @@ def main(
     _STATE["debug"] = _STATE["debug"] or debug
 
 
+#: Values of transformers' own ``--debug`` option (TrainingArguments.debug): a
+#: ``--debug`` followed by one of them is TRL's, a bare one is this CLI's.
+_TRL_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")
+
+
+def _take_debug(args: list[str]) -> list[str]:
+    """``args`` without this CLI's bare ``--debug`` (which switches tracebacks on), so it
+    works after the subcommand too; ``--debug underflow_overflow`` stays for TRL."""
+    kept = []
+    for i, arg in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--debug" and not any(v in nxt for v in _TRL_DEBUG_VALUES):
+            _STATE["debug"] = True
+            continue
+        kept.append(arg)
+    return kept
+
+
 def _fail(err: BaseException, code: int) -> NoReturn:
     """Print ``err`` as one ``error:`` line (its traceback too with --debug) and exit."""
     from .trainer.preflight import UserError
@@ -144,9 +162,13 @@ def train(
     if fields or show_help:
         typer.echo(config_help())
         raise typer.Exit(0)
-    cfg = _run(parse_config, config, list(ctx.args))
-    typer.echo(f"base configuration: {cfg.base_config}")
+    cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
+    main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
+    if main:
+        typer.echo(f"base configuration: {cfg.base_config}")
     summary = _run(run_training, cfg)
+    if not main:
+        return
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
         f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "
@@ -161,7 +183,9 @@ def train(
 )
 def compare(
     ctx: typer.Context,
-    out: Path | None = typer.Option(None, "--out", help="Output folder (default runs/compare)."),
+    out: Path | None = typer.Option(
+        None, "--output_dir", "--output-dir", "--out", help="Output folder (default runs/compare)."
+    ),
     recipes: str | None = typer.Option(
         None, "--recipes", help="Comma-separated (default: all six)."
     ),
@@ -194,7 +218,7 @@ def compare(
         config=config,
         output_dir=out,
         jobs=jobs,
-        overrides=list(ctx.args),
+        overrides=_take_debug(list(ctx.args)),
     )
     report = _run(run_compare, cfg, echo=typer.echo)
     typer.echo((Path(cfg.output_dir) / "results.md").read_text())
@@ -209,7 +233,11 @@ def compare(
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders, or a compare output folder."),
     out: Path | None = typer.Option(
-        None, "--out", help="Folder for the PNG files (default: FIRST_DIR/figures)."
+        None,
+        "--output_dir",
+        "--output-dir",
+        "--out",
+        help="Folder for the PNG files (default: FIRST_DIR/figures).",
     ),
 ) -> None:
     """PNG figures: reward and held-out accuracy, Cov(R, delta), delta distributions of
@@ -227,7 +255,17 @@ def plot(
 def eval_command(
     model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
     benchmarks: str = typer.Option(
-        "math500", "--benchmarks", help="Comma-separated: math500,amc23,aime24,aime25,gsm8k."
+        "math500",
+        "--benchmarks",
+        help="Comma-separated names (math500,amc23,aime24,aime25,gsm8k; math500 and gsm8k "
+        "ship with the package) or files (PATH.jsonl or NAME=PATH).",
+    ),
+    benchmark_fields: str | None = typer.Option(
+        None,
+        "--benchmark-fields",
+        "--benchmark_fields",
+        help="Fields of the benchmark files: prompt=question,answer=answer,id=qid,format=gsm8k "
+        "(unset: detected).",
     ),
     n: int = typer.Option(32, "--n", help="Samples per problem (seeds 0..n-1)."),
     limit: int | None = typer.Option(None, "--limit", help="First N problems per benchmark."),
@@ -244,7 +282,11 @@ def eval_command(
         Path("eval_results"), "--output-dir", "--output_dir", help="Folder of the results."
     ),
     benchmarks_dir: Path | None = typer.Option(
-        None, "--benchmarks-dir", "--benchmarks_dir", help="Folder of benchmark jsonl files."
+        None,
+        "--benchmarks-dir",
+        "--benchmarks_dir",
+        help="Folder of benchmark jsonl files (amc23, aime24, aime25 offline; its copy of "
+        "math500 or gsm8k wins over the packaged one).",
     ),
     last_number_fallback: bool = typer.Option(
         False,
@@ -260,6 +302,7 @@ def eval_command(
         EvalConfig,
         model=model,
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+        benchmark_fields=benchmark_fields,
         n=n,
         limit=limit,
         max_new_tokens=max_new_tokens,

@@ -136,7 +136,10 @@ def load_compare_yaml(path: str | Path) -> dict:
     ``field: value`` or a list of ``--field value`` strings."""
     from .trainer.parse import load_yaml
 
-    data = load_yaml(path, CompareSpec, what="compare file")
+    # overrides may be a mapping (converted below), which the list[str] field type would refuse
+    data = load_yaml(
+        path, CompareSpec, what="compare file", checked_by_caller=frozenset({"overrides"})
+    )
     overrides = data.get("overrides")
     if isinstance(overrides, dict):
         data["overrides"] = [s for k, v in overrides.items() for s in (f"--{k}", _flag(v))]
@@ -746,6 +749,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
         "ci": f"{int(CI_LEVEL * 100)}% Student t interval over seeds, n-1 degrees of freedom",
         "difference": "mean over seeds of (arm - plain arm of the same recipe), paired by seed",
         "grad_var": GRAD_VAR_NOTE,
+        "no_interval": ONE_SEED_NOTE if any(len(r["seeds"]) == 1 for r in rows) else None,
         "spec": dataclasses.asdict(spec),
         "rows": rows,
         "failed": failed,
@@ -801,8 +805,16 @@ def _pct(ci: dict | None, signed: bool = False) -> str:
         return "–"
     mean = f"{100 * ci['mean']:+.1f}" if signed else f"{100 * ci['mean']:.1f}"
     if ci["ci_half_width"] is None:
-        return mean
+        return f"{mean} (no interval)"
     return f"{mean} ± {100 * ci['ci_half_width']:.1f}"
+
+
+ONE_SEED_NOTE = (
+    "One seed: no interval exists. A t interval estimates the spread between seeds from "
+    "the values of at least two; with one seed there is no spread to estimate, so each "
+    "number (and each Δ vs plain) is a single draw and says nothing on its own about "
+    "whether the arms differ. Run at least two seeds (--seeds 0,1,2) for an interval."
+)
 
 
 def results_markdown(report: dict) -> str:
@@ -825,6 +837,8 @@ def results_markdown(report: dict) -> str:
         "interval that contains 0 means no difference was shown at this number of seeds. "
         "SFT start: the same metric before RL.",
     ]
+    if any(len(row["seeds"]) == 1 for row in report["rows"]):
+        lines += ["", ONE_SEED_NOTE]
     lines += _grad_var_table(report["rows"])
     verdicts = _verdicts(report["rows"])
     if verdicts:
@@ -858,7 +872,7 @@ def _grad_var_table(rows: list[dict]) -> list[str]:
         if ci is None:
             value = "–"
         elif ci["ci_half_width"] is None:
-            value = f"{ci['mean']:.3f}"
+            value = f"{ci['mean']:.3f} (1 seed: no interval)"
         else:
             value = f"{ci['mean']:.3f} ± {ci['ci_half_width']:.3f}"
         seeds = [s for s in row["per_seed"].values() if s.get("grad_var")]

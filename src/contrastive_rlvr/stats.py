@@ -1,4 +1,5 @@
-"""Confidence intervals over seeds: Student t intervals of a mean and of paired differences.
+"""Confidence intervals: Student t intervals over seeds (a mean, paired differences) and
+problem-level bootstrap intervals of an evaluation score (avg@n, pass@k).
 
 The t quantile is computed here (no SciPy dependency): the CDF of Student's t
 with ``dof`` degrees of freedom is ``1/2 + integral_0^t f(x) dx`` with density
@@ -109,3 +110,55 @@ def paired_difference_ci(
     if not shared:
         return None
     return mean_ci([values[k] - baseline[k] for k in shared], level)
+
+
+#: Bootstrap resamples of an evaluation interval, and the generator's seed (fixed, so the
+#: same results give the same interval).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_METHOD = (
+    "percentile bootstrap over problems ({resamples} resamples, seed {seed}): the problems "
+    "are resampled with replacement and the score recomputed; a problem's n samples stay "
+    "together, since samples of one problem are correlated and a binomial interval over "
+    "all samples would be too narrow"
+)
+
+
+@dataclass(frozen=True)
+class BootstrapCI:
+    """A score (mean over ``problems`` of per-problem values) and its bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+    problems: int
+    level: float
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high,
+                "level": self.level}  # fmt: skip
+
+
+def bootstrap_mean_ci(
+    per_problem: Sequence[float],
+    level: float = 0.95,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> BootstrapCI:
+    """Mean of ``per_problem`` (P values, e.g. ``c_i / n`` for avg@n or each problem's
+    pass@k) and its percentile bootstrap interval: ``resamples`` draws of P problems with
+    replacement, the interval the ``(1-level)/2`` and ``(1+level)/2`` quantiles of their
+    means. With n = 1 sample per problem this is the binomial proportion's interval
+    (about ``p +- 1.96 sqrt(p(1-p)/P)`` for large P)."""
+    import numpy as np
+
+    values = np.asarray(per_problem, dtype=float)
+    if values.size == 0:
+        raise ValueError("bootstrap_mean_ci needs at least one problem")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return BootstrapCI(float(values.mean()), float(low), float(high), int(values.size), level)

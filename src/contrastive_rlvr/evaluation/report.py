@@ -7,7 +7,12 @@ correct samples of problem i:
 - ``avg@n = (1/P) sum_i c_i / n`` (:func:`~contrastive_rlvr.algorithms.avg_at_n`);
 - ``pass@k = (1/P) sum_i [1 - C(n - c_i, k) / C(n, k)]`` (Chen et al. 2021,
   :func:`~contrastive_rlvr.algorithms.pass_at_k`), for k = 1, 2, 4, ... up to
-  n, and n itself; pass@1 equals avg@n;
+  n, and n itself; pass@1 equals avg@n (the estimator at k = 1 is ``c_i / n``),
+  so the table shows them as one column;
+- an interval for each: the percentile bootstrap over problems
+  (:func:`~contrastive_rlvr.stats.bootstrap_mean_ci`; a problem's samples are
+  resampled together, being correlated), with the counts behind it (problems,
+  samples, correct samples);
 - ``unparsable``: samples that stated no answer math-verify could read.
 """
 
@@ -20,6 +25,15 @@ from typing import Any
 from rich.table import Table
 
 from ..algorithms import avg_at_n, pass_at_k
+from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+
+#: Level of the reported intervals.
+CI_LEVEL = 0.95
+INTERVAL_METHOD = BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+TABLE_NOTE = (
+    "avg@n = pass@1: the unbiased pass@k estimator at k = 1 is the mean of c_i / n, the "
+    f"same number, so it is one column. [low, high]: {int(CI_LEVEL * 100)}% {INTERVAL_METHOD}."
+)
 
 
 def ks_for(n: int) -> list[int]:
@@ -45,10 +59,22 @@ class BenchmarkReport:
     unparsable: int
     samples: int
     verifier_events: dict[str, int] = field(default_factory=dict)
+    correct: int = 0
+    """Correct samples over all problems (avg@n = correct / samples)."""
+    intervals: dict[str, Any] = field(default_factory=dict)
+    """``avg_at_n`` and ``pass_at_k`` (keyed by k): ``{value, ci_low, ci_high, level}``."""
+    source: str | None = None
+    """The file the problems were read from (None: not known, e.g. the Hub)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        if self.intervals:
+            out["intervals"] = {
+                "method": INTERVAL_METHOD,
+                "avg_at_n": self.intervals["avg_at_n"],
+                "pass_at_k": {str(k): v for k, v in self.intervals["pass_at_k"].items()},
+            }
         return out
 
 
@@ -65,7 +91,12 @@ def summarize(
     if any(len(row) != n for row in correct):
         raise ValueError(f"{benchmark}: every problem needs the same number of samples")
     counts = [sum(bool(x) for x in row) for row in correct]
-    passes = {k: sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks_for(n)}
+    per_k = {k: [pass_at_k(n, c, k) for c in counts] for k in ks_for(n)}
+    passes = {k: sum(v) / len(v) for k, v in per_k.items()}
+    intervals = {
+        "avg_at_n": bootstrap_mean_ci([c / n for c in counts], CI_LEVEL).to_dict(),
+        "pass_at_k": {k: bootstrap_mean_ci(v, CI_LEVEL).to_dict() for k, v in per_k.items()},
+    }
     return BenchmarkReport(
         benchmark=benchmark,
         problems=len(correct),
@@ -75,27 +106,37 @@ def summarize(
         unparsable=sum(sum(bool(x) for x in row) for row in unparsed),
         samples=len(correct) * n,
         verifier_events=dict(verifier_events or {}),
+        correct=sum(counts),
+        intervals=intervals,
     )
 
 
+def _with_ci(value: float, ci: dict | None) -> str:
+    if ci is None:
+        return f"{value:.3f}"
+    return f"{value:.3f} [{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]"
+
+
 def results_table(reports: Sequence[BenchmarkReport], title: str = "") -> Table:
-    """One row per benchmark: problems, n, avg@n, pass@k columns, unparsable count."""
-    ks = sorted({k for r in reports for k in r.pass_at_k})
-    table = Table(title=title or None)
+    """One row per benchmark: problems, n, avg@n (= pass@1) and pass@k for k > 1, each
+    with its interval, unparsable count; :data:`TABLE_NOTE` as the caption."""
+    ks = sorted({k for r in reports for k in r.pass_at_k if k > 1})
+    table = Table(title=title or None, caption=TABLE_NOTE, caption_justify="left")
     table.add_column("benchmark")
     table.add_column("problems", justify="right")
     table.add_column("n", justify="right")
-    table.add_column("avg@n", justify="right")
+    table.add_column("avg@n = pass@1", justify="right")
     for k in ks:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("unparsable", justify="right")
     for r in reports:
-        cells = [f"{r.pass_at_k[k]:.3f}" if k in r.pass_at_k else "" for k in ks]
+        cis = r.intervals.get("pass_at_k", {})
+        cells = [_with_ci(r.pass_at_k[k], cis.get(k)) if k in r.pass_at_k else "" for k in ks]
         table.add_row(
             r.benchmark,
             str(r.problems),
             str(r.n),
-            f"{r.avg_at_n:.3f}",
+            _with_ci(r.avg_at_n, r.intervals.get("avg_at_n")),
             *cells,
             f"{r.unparsable}/{r.samples}",
         )

@@ -28,7 +28,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..rewards import MathVerifyReward
-from .benchmarks import benchmarks_dir, get_benchmark_spec, load_benchmark
+from .benchmarks import (
+    BenchmarkSource,
+    benchmarks_dir,
+    get_benchmark_spec,
+    is_file_item,
+    load_source,
+    parse_fields,
+    resolve_benchmark,
+)
 from .cache import (
     HASH_INDEX,
     GenerationCache,
@@ -57,7 +65,11 @@ class EvalConfig:
     model: str
     """HF model id, local directory, ``.gguf`` file, or alias such as ``smollm2-135m``."""
     benchmarks: list[str] = field(default_factory=lambda: ["math500"])
-    """Benchmark names (see ``evaluation.benchmarks.BENCHMARKS``)."""
+    """Benchmark names (``evaluation.benchmarks.BENCHMARKS``) or files (a ``.jsonl``,
+    ``.json`` or ``.parquet`` path, or ``NAME=PATH``)."""
+    benchmark_fields: str | None = None
+    """Field mapping of the file benchmarks: ``prompt=question,answer=answer,id=qid,
+    format=gsm8k`` (unset: detected as for training data)."""
     n: int = 32
     """Samples per problem; sample j uses seed j."""
     limit: int | None = None
@@ -103,7 +115,15 @@ class EvalConfig:
         if not self.benchmarks:
             raise ValueError("benchmarks: give at least one benchmark name")
         for name in self.benchmarks:
-            get_benchmark_spec(name)
+            if not is_file_item(name):
+                get_benchmark_spec(name)
+        parse_fields(self.benchmark_fields)
+        if self.benchmark_fields and not any(map(is_file_item, self.benchmarks)):
+            raise ValueError(
+                f"benchmark_fields={self.benchmark_fields!r} maps the fields of a benchmark "
+                f"file, but benchmarks={','.join(self.benchmarks)} names none (named "
+                "benchmarks have their own fields): give a file or drop benchmark_fields"
+            )
 
     def generation_setting(self, backend: str, weights: str) -> dict[str, Any]:
         """What determines a sample (the cache key), apart from problem and seed:
@@ -232,23 +252,48 @@ def _score(
     return summarize(benchmark, correct, unparsed, dict(events))
 
 
-def _check_inputs(config: EvalConfig, out_dir: Path, model: Any) -> dict[str, Any]:
-    """What can be checked before the model loads; returns the benchmarks' problems."""
+def _check_inputs(
+    config: EvalConfig, out_dir: Path, model: Any
+) -> tuple[dict[str, Any], dict[str, BenchmarkSource]]:
+    """What can be checked before the model loads; returns the benchmarks' problems and
+    where each was read from."""
     from ..trainer.preflight import check_model_path, check_output_dir
 
     check_output_dir(out_dir)
     benchmarks_dir(config.benchmarks_dir)  # a given directory must exist
-    datasets = {
-        name: load_benchmark(name, data_dir=config.benchmarks_dir, limit=config.limit)
-        for name in config.benchmarks
-    }
+    sources: dict[str, BenchmarkSource] = {}
+    for item in config.benchmarks:
+        src = resolve_benchmark(
+            item, data_dir=config.benchmarks_dir, fields=config.benchmark_fields
+        )
+        if src.name in sources:
+            raise ValueError(
+                f"benchmarks: two items are named {src.name!r} ({sources[src.name].source} "
+                f"and {src.source}); name one NAME=PATH"
+            )
+        sources[src.name] = src
+    datasets = {name: load_source(src, limit=config.limit) for name, src in sources.items()}
     _check_same_model(out_dir, config.model)
     if model is None:
         check_model_path(config.model)
         problems = _saved_weights_problems(Path(config.model).expanduser())
         if problems:
             raise ValueError(f"model={config.model!r}: its weights are not whole: {problems}")
-    return datasets
+    return datasets, sources
+
+
+def _file_digest(path: str) -> str:
+    """sha256 of a benchmark file: its samples are cached under its content, so an edited
+    file (or another with the same name) is not answered from another's cache."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _folder_read(sources: dict[str, BenchmarkSource]) -> str | None:
+    """The one folder every local benchmark was read from, or None (several, or the Hub)."""
+    folders = {str(Path(s.source).parent) for s in sources.values() if s.origin != "hub"}
+    return folders.pop() if len(folders) == 1 else None
 
 
 def _check_same_model(out_dir: Path, model: str) -> None:
@@ -292,7 +337,7 @@ def evaluate(
     """
     console = console or Console()
     out_dir = Path(config.output_dir)
-    datasets = _check_inputs(config, out_dir, model)  # before any model loads
+    datasets, sources = _check_inputs(config, out_dir, model)  # before any model loads
     index = out_dir / "generations" / HASH_INDEX
     before = None if model is not None else weights_fingerprint(config.model, index)
     generator, tokenizer, backend = _make_generator(config, model, tokenizer)
@@ -331,21 +376,33 @@ def evaluate(
         for name, ds in datasets.items():
             ids, golds = list(ds["id"]), list(ds["answer"])
             prompts = [build_prompt(tokenizer, p, config.instruction, chat) for p in ds["prompt"]]
-            cache = GenerationCache(out_dir / "generations", name, setting)
+            src = sources[name]
+            file_key = {} if src.origin == "hub" else {"benchmark_file": _file_digest(src.source)}
+            cache = GenerationCache(out_dir / "generations", name, {**setting, **file_key})
             completions = _sample_all(
                 generator, cache, ids, prompts, config.n, config.batch_size, progress, name
             )
-            reports.append(
-                _score(reward, name, ids, golds, completions, out_dir / "samples" / f"{name}.jsonl")
+            report = _score(
+                reward, name, ids, golds, completions, out_dir / "samples" / f"{name}.jsonl"
             )
+            report.source = src.source
+            reports.append(report)
     results_path = out_dir / "results.json"
     payload = {
         "config": asdict(config),
         "backend": backend,
         "weights": weights,
+        # The folder or file each benchmark was read from (config.benchmarks_dir is only
+        # what was given; None there is not "nothing read").
+        "benchmarks_dir": _folder_read(sources),
+        "benchmark_sources": {
+            n: {"source": s.source, "origin": s.origin} for n, s in sources.items()
+        },
         "benchmarks": {r.benchmark: r.to_json() for r in reports},
     }
     results_path.write_text(json.dumps(payload, indent=2))
     console.print(results_table(reports, title=f"{config.model}  (n={config.n})"))
+    for name, src in sources.items():
+        console.print(f"{name}: read from {src.source} ({src.origin})")
     console.print(f"results: {results_path}")
     return EvalResult(reports=reports, results_path=results_path)
