@@ -67,8 +67,7 @@ def load_yaml(
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
-    # The training config's values (a compare file converts its own after reading).
-    hints = typing.get_type_hints(schema) if schema is RLVRConfig else {}
+    hints = typing.get_type_hints(schema)
     for name, value in data.items():
         if name not in checked_by_caller and not _fits(value, hints.get(name, typing.Any)):
             raise ValueError(
