@@ -6,6 +6,11 @@
 # then runs two parts, each under its own time limit:
 #   1. loss_overhead.py: the loss-overhead ratios in bfloat16 with SDPA on CUDA, every arm
 #      with gradient checkpointing off and on, and the absolute phase times (TIMEOUT_S);
+#      the packed forward's forms each get a loss-phase and a peak-memory ratio to plain:
+#      split SDPA (bicc_packed), flex_attention (bicc_packed_flex, compiled) and flash varlen
+#      (bicc_packed_varlen: flash_attn's kernel if importable, else its pure-torch stand-in,
+#      printed as "varlen kernel: ..."), and the whole-step ratios (BiCC/plain, RCC/plain,
+#      with generation; "grpo+kl, reference once/twice" for beta > 0);
 #   2. gpu_train_steps.py: 3 training steps of each recipe (grpo, dr_grpo, dapo, gmpo, gspo,
 #      conspo) with BiCC and RCC on, through RLVRTrainer, in bfloat16 on CUDA, with a PASS /
 #      FAIL line per recipe (TRAIN_BUDGET_S: no recipe starts after it; TRAIN_TIMEOUT_S).

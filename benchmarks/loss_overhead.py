@@ -20,6 +20,11 @@ reported:
   split attention (the model switched by ``enable_split_attention``);
 - ``bicc_packed_mask``: the same packed forward through plain SDPA with the dense 4-D mask;
 - ``plain_packed``: plain GRPO groups packed (one prompt per group), split attention;
+- ``bicc_packed_flex`` / ``bicc_packed_varlen``: the packed forward on the kernel forms of
+  ``trainer/packed_kernels.py``: flex_attention with the layout's block mask (compiled on
+  CUDA; CUDA only, as PyTorch 2.13 has no flex backward on CPU) and flash varlen
+  (``flash_attn_varlen_func`` where importable, else its pure-torch stand-in: the arm then
+  times the stand-in, said in the output);
 - ``nograd_policy`` / ``nograd_ref``: a no-grad forward of the plain batch through
   the policy / through a second copy of the model (RCC's pi_old(o|q) and
   pi_ref(o|q); the policy one is also BiCC paper mode's pi_old(o|q));
@@ -59,12 +64,19 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from contrastive_rlvr.algorithms.bicc import BiCCTemplate, build_bicc_prompts
+from contrastive_rlvr.trainer.packed_kernels import (
+    FLEX_ATTENTION,
+    VARLEN_ATTENTION,
+    enable_kernel_form,
+    flash_varlen_kernel,
+)
 from contrastive_rlvr.trainer.packed_prefix import (
     SPLIT_ATTENTION,
     build_packed_layout,
@@ -294,6 +306,29 @@ def dense_mask_logps(model, *tensors):
         config._attn_implementation = SPLIT_ATTENTION
 
 
+_KERNEL_NAMES: dict[str, str] = {}
+
+
+@contextmanager
+def kernel_form(model, form: str):
+    """The policy on a kernel form of the packed forward (over SDPA for the calls without
+    the layout) for the block: forward and backward, so that checkpointing's recomputation
+    runs the same attention."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = "sdpa"
+    try:
+        if form not in _KERNEL_NAMES:
+            _KERNEL_NAMES[form] = enable_kernel_form(model, form=form)
+        config._attn_implementation = _KERNEL_NAMES[form]
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+KERNEL_ARMS = {"bicc_packed_flex": FLEX_ATTENTION, "bicc_packed_varlen": VARLEN_ATTENTION}
+
+
 def check_equal(policy, batch) -> None:
     """The packed log-probs (split and dense-mask attention) against the per-row ones on
     this batch, in this dtype and on this device: the largest difference on scored tokens."""
@@ -301,9 +336,14 @@ def check_equal(policy, batch) -> None:
     mask = batch["completion_mask"]
     with torch.no_grad():
         rows = per_row_logps(policy, *tensors, mask)
-        for name, forward in (("split", packed_prefix_logps), ("dense mask", dense_mask_logps)):
-            diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
-            print(f"  packed ({name}) vs per-row log-probs: max |difference| {diff:.2e}")
+        forms = [("split", None), ("dense mask", None)] + list(KERNEL_ARMS.items())
+        for name, form in forms:
+            forward = dense_mask_logps if name == "dense mask" else packed_prefix_logps
+            with kernel_form(policy, form) if form else nullcontext():
+                diff = ((forward(policy, *tensors, mask) - rows) * mask).abs().max()
+            label = name.removeprefix("bicc_packed_")
+            print(f"  packed ({label}) vs per-row log-probs: max |difference| {diff:.2e}")
+    print(f"  varlen kernel: {flash_varlen_kernel()[1]}")
 
 
 def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[str, Callable]:
@@ -338,6 +378,13 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
             )
         policy.train()
 
+    def kernel_arm(form: str) -> Callable:
+        def run():
+            with kernel_form(policy, form):
+                return loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps)
+
+        return run
+
     arms = {
         "plain": lambda: loss_phase(policy, batch, "prompt", per_row_logps),
         "plain_packed": lambda: loss_phase(policy, batch, "prompt", packed_prefix_logps),
@@ -345,11 +392,14 @@ def make_arms(policy, reference, optimizer, batch, checkpointing: bool) -> dict[
         "bicc_cache": lambda: loss_phase(policy, batch, "bicc_prompt", shared_prefix_logps),
         "bicc_packed": lambda: loss_phase(policy, batch, "bicc_prompt", packed_prefix_logps),
         "bicc_packed_mask": lambda: loss_phase(policy, batch, "bicc_prompt", dense_mask_logps),
+        **{arm: kernel_arm(form) for arm, form in KERNEL_ARMS.items()},
         "nograd_policy": lambda: nograd(policy),
         "nograd_ref": lambda: nograd(reference),
         "optimizer": step_optimizer,
         "generate": generate,
     }
+    if not str(next(policy.parameters()).device).startswith("cuda"):
+        del arms["bicc_packed_flex"]  # no flex backward on CPU (PyTorch 2.13)
     if checkpointing:
         # Under checkpointing HF drops the key/value cache the two-pass form needs (the
         # trainer falls back to per-row there).
@@ -493,7 +543,14 @@ def report(results: dict, opts) -> dict:
         for arm in t:
             print(f"  {arm:17s} {t[arm]:9.3f} s  {m[arm]:9.1f} MiB")
         ratios: dict[str, float] = {}
-        for arm in ("plain_packed", "bicc_rows", "bicc_cache", "bicc_packed_mask", "bicc_packed"):
+        for arm in (
+            "plain_packed",
+            "bicc_rows",
+            "bicc_cache",
+            "bicc_packed_mask",
+            *KERNEL_ARMS,
+            "bicc_packed",
+        ):
             if arm in t:
                 ratios[f"loss {arm}/plain"] = t[arm] / t["plain"]
                 ratios[f"memory {arm}/plain"] = m[arm] / m["plain"] if m["plain"] > 0 else 0.0

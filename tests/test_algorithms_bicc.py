@@ -327,7 +327,7 @@ def test_both_ratio_modes_are_expressible():
     - "consistent": old log-probs are recomputed on the conditioned prompt with the
       old policy; the ratio is exactly 1 on-policy and clipping starts from 1.
     """
-    assert BICC_RATIO_MODES == ("paper", "consistent")
+    assert BICC_RATIO_MODES == ("paper", "consistent", "conditioned_old")
     lm = BagLM()
     p = build()
     comp_ids, comp_mask = _pad_right(COMPLETIONS)

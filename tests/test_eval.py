@@ -114,11 +114,12 @@ def test_eval_smoke_writes_json_and_resumes(tiny_model_dir, tmp_path, monkeypatc
     lines = cache_file.read_text().splitlines()
     assert len(lines) == 4
 
-    # Interrupted run: the last sample was cut off mid-write. Only it is redone.
+    # Interrupted run: the last sample was cut off mid-write. Only its batch (seed 1) is
+    # redone, whole: HF draws a batch from one seed, so a sample depends on its batch.
     cache_file.write_text("\n".join(lines[:3]) + "\n" + lines[3][:10])
     calls.clear()
     evaluate(config)
-    assert calls == [(1, 1)]
+    assert calls == [(2, 1)]
 
     # Everything cached: the CLI runs without generating at all.
     def no_generate(self, prompts, seed):

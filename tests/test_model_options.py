@@ -79,3 +79,32 @@ def test_a_trl_yaml_naming_no_model_is_refused(tmp_path):
     assert parse_config(own, []).model == "embedded"
     with pytest.raises(ValueError, match="model_name_or_path"):
         parse_config(None, ["--model", "a/b", "--model_name_or_path", "c/d"])
+
+
+def test_heldout_evaluation_during_training(tmp_path):
+    """eval_strategy=steps evaluates the held-out rows with TRL's evaluation (eval_* metrics),
+    the reward getting the dataset's extra column there too."""
+    torch.set_num_threads(1)
+    model_dir = save_tiny_model(tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{a}+1=", "answer": str(a + 1),
+                                        "level": a}) + "\n" for a in range(8)))  # fmt: skip
+    reward = tmp_path / "r.py"
+    reward.write_text(
+        "def level_reward(prompts, completions, level, **kwargs):\n"
+        "    return [float(x) for x in level]\n"
+    )
+    out = tmp_path / "out"
+    args = _args(model_dir, data, out, "--eval_strategy", "steps", "--eval_steps", "1",
+                 "--max_steps", "2", "--per_device_eval_batch_size", "4",
+                 "--rewards", f"{reward}:level_reward")  # fmt: skip
+    assert train(parse_config(None, args), progress=False)["steps"] == 2
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval_reward" in r]
+    assert [r["step"] for r in evals] == [1, 2]
+    # each completion of a held-out row scores that row's level, whatever the model says:
+    # eval_reward is the mean level of the 2 held-out rows (the first 2 after the seeded shuffle)
+    from contrastive_rlvr.data import load_prompts
+
+    held = load_prompts(data).dataset.shuffle(seed=0)["level"][:2]
+    assert all(r["eval_reward"] == pytest.approx(sum(held) / 2) for r in evals), (evals, held)

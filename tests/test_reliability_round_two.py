@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -377,7 +378,8 @@ def _one_line(result, code: int, message: str) -> None:
     ("text", "message"),
     [
         ("max_steps: 2\n  bad: [\n", "is not valid YAML"),
-        ("max_steps: 2\nlearning_rate: [1, 2]\n", "learning_rate=[1, 2] is a list, not a float"),
+        # a TypeError traceback from the range check before
+        ("max_steps: 2\nbeta: [0.1]\n", "beta=[0.1] is a list, not a float or null"),
         ("max_steps: 2\nmax_steps: 3\n", "'max_steps' is given twice (lines 1 and 2)"),
     ],
 )
@@ -394,7 +396,8 @@ def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
     from contrastive_rlvr.trainer.run import load_run_inputs
 
     config = tmp_path / "c.yaml"
-    config.write_text("max_steps: 2\n")
+    # A YAML of TRL fields alone must name its model (issue 18): the embedded one here.
+    config.write_text("model: embedded\nmax_steps: 2\n")
     seen = []
 
     def stop(out, settings, sft_steps):
@@ -495,3 +498,123 @@ def test_disk_full_during_a_save_is_said(tmp_path):
     assert done.returncode == 1, done.stderr[-3000:]
     assert "error: disk full" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o" / "sft-model").exists()  # nothing half-written left in place
+
+
+# ---------------------------------------------------------------------- eval into one folder
+
+
+def _eval_config(model: Path, out: Path, limit: int) -> EvalConfig:
+    from contrastive_rlvr.evaluation import benchmarks_dir
+
+    data_dir = benchmarks_dir()
+    if data_dir is None:
+        pytest.skip("../shared/benchmarks not found")
+    return EvalConfig(model=str(model), benchmarks=["gsm8k"], n=1, limit=limit,
+                      max_new_tokens=4, batch_size=2, output_dir=str(out),
+                      benchmarks_dir=str(data_dir), reward_workers=1, progress=False)  # fmt: skip
+
+
+@pytest.fixture
+def batch_dependent_generation(monkeypatch):
+    """HF draws a whole batch from one seed: a sample depends on its batch. This stand-in
+    makes that visible: each completion names the size of the batch it was drawn in."""
+    from contrastive_rlvr.evaluation.generate import HFGenerator
+
+    def generate(self, prompts, seed):
+        return [f"batch of {len(prompts)}, seed {seed}" for _ in prompts]
+
+    monkeypatch.setattr(HFGenerator, "generate", generate)
+
+
+def _samples(out: Path) -> list[str]:
+    rows = (out / "samples" / "gsm8k.jsonl").read_text().splitlines()
+    return [json.loads(r)["completion"] for r in rows]
+
+
+def test_eval_limit_raised_in_one_folder_equals_a_fresh_eval(
+    custom, tmp_path, batch_dependent_generation
+):
+    from contrastive_rlvr.evaluation import evaluate
+
+    evaluate(_eval_config(custom["model"], tmp_path / "one", 3))  # batches [0, 1], [2]
+    evaluate(_eval_config(custom["model"], tmp_path / "one", 4))  # batches [0, 1], [2, 3]
+    evaluate(_eval_config(custom["model"], tmp_path / "fresh", 4))
+    assert _samples(tmp_path / "one") == _samples(tmp_path / "fresh")
+    assert _samples(tmp_path / "one")[2] == "batch of 2, seed 0"  # not the cached batch of 1
+
+
+def test_eval_of_another_model_into_the_same_folder_refused(
+    custom, tmp_path, batch_dependent_generation
+):
+    from contrastive_rlvr.evaluation import evaluate
+
+    other = shutil.copytree(custom["model"], tmp_path / "other-model")
+    evaluate(_eval_config(custom["model"], tmp_path / "e", 2))
+    before = (tmp_path / "e" / "results.json").read_text()
+    with pytest.raises(ValueError, match="holds the evaluation of model="):
+        evaluate(_eval_config(other, tmp_path / "e", 2))
+    assert (tmp_path / "e" / "results.json").read_text() == before
+
+
+# ---------------------------------------------------------------------- compare and SIGTERM
+
+SIGTERM_ARGS = [
+    "--recipes", "grpo", "--arms", "plain,rcc", "--seeds", "0", "--max_steps", "40",
+    "--embedded_sft_steps", "20", "--eval_n", "1", "--eval_limit", "2", "--save_steps", "2",
+    "--diagnostics_every", "0", "--deltas_every", "0", "--jobs", "2",
+]  # fmt: skip
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its (gone) parent counts as ended
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())
+
+
+@pytest.mark.slow
+def test_sigterm_to_compare_stops_its_children(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out)]
+    proc = subprocess.Popen([*cmd, *SIGTERM_ARGS], env=_subprocess_env(HF_HUB_OFFLINE="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    files = [out / "grpo" / arm / "seed0" / "metrics.jsonl" for arm in ("plain", "rcc")]
+    while not all(f.exists() and f.read_text().count("\n") >= 2 for f in files):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        time.sleep(0.5)
+    children = [
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+        and _parent(int(p.name)) == proc.pid
+    ]  # fmt: skip
+    assert len(children) == 2
+    proc.send_signal(signal.SIGTERM)  # what `kill` and job schedulers send
+    output = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert not any(_alive(pid) for pid in children)  # none left running, reparented
+    report = json.loads((out / "results.json").read_text())
+    assert sorted(i["arm"] for i in report["interrupted"]) == ["plain", "rcc"]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_a_run_whose_rewards_are_all_none_fails_with_one_line(custom, tmp_path):
+    # It crashed in the progress bar (None formatted as a number); a run that scored
+    # nothing must not end as a success either.
+    reward = tmp_path / "none.py"
+    reward.write_text(
+        "def nothing(prompts, completions, **kwargs):\n    return [None] * len(completions)\n"
+    )
+    args = _custom_args(custom, "--rewards", f"{reward}:nothing", "--max_steps", "2")
+    args += ["--eval_n", "1", "--eval_limit", "1", "--output_dir", str(tmp_path / "o")]
+    _one_line(_cli(args), 1, "no completion of the 2 steps was scored")
+    assert "error" in json.loads((tmp_path / "o" / "summary.json").read_text())

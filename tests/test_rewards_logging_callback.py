@@ -11,7 +11,6 @@ import torch
 from trainer_utils import make_config, make_trainer, save_tiny_model, token_parity_reward
 
 from contrastive_rlvr.rewards import MathVerifyReward, VerifierCountersCallback
-from contrastive_rlvr.trainer.callbacks import MetricsJsonl
 
 
 class CountingReward:
@@ -97,9 +96,8 @@ def test_counters_reach_metrics_jsonl_during_train(tmp_path):
     model_dir = save_tiny_model(tmp_path / "tiny")
     config = make_config(tmp_path, max_steps=3)
     with HostileMathReward(timeout=1, workers=1, max_answer_chars=None) as reward:
+        # RLVRTrainer attaches MetricsJsonl and VerifierCountersCallback itself.
         trainer = make_trainer(model_dir, config, reward=reward)
-        trainer.add_callback(MetricsJsonl(config.output_dir))
-        trainer.add_callback(VerifierCountersCallback(trainer))
         trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
     # One generation (one reward call, one hostile answer) per step with these

@@ -110,3 +110,30 @@ def test_rcc_bound_is_validated():
     with pytest.raises(ValueError, match="rcc_bound='clip' is invalid: choose one of none"):
         RCCOptions(rcc_bound="clip").validate_rcc()
     assert RCCOptions().rcc_bound == "reward_range"
+
+
+def test_conspo_counts_the_usable_groups_of_the_whole_gathered_batch():
+    # Process 0 of 2 holds group 0; the gathered rewards hold 3 groups of 2: [1, 0] usable,
+    # [1, 1] not, [0, 1] usable -> 2, the loss's window-wide normaliser on every process.
+    batch = make_batch([[1]] * 2, [[5]] * 2, [1, 0, 1, 1, 0, 1])
+    ctx, _ = context(2, process_index=0, num_processes=3)
+    Advantages(get_recipe("conspo"), rcc=False, rcc_coef=2.0, eps=1e-6)(batch, ctx)
+    assert batch.data["conspo_groups"].item() == 2.0
+    # With RCC's b* = 0.7 on group 0 and 1.0 (the top of the range) on group 2, only group 0
+    # keeps a positive above its cut: 1 usable group.
+    batch.shared["delta"] = torch.tensor([0.4, 0.0, 0.0, 0.0, -9.0, 9.0])
+    Advantages(get_recipe("conspo"), rcc=True, rcc_coef=2.0, eps=1e-6)(batch, ctx)
+    assert batch.data["conspo_groups"].item() == 1.0
+
+
+def test_the_default_eps_is_trls(tmp_path):
+    from contrastive_rlvr.trainer import RLVRConfig
+
+    cfg = RLVRConfig(output_dir=str(tmp_path), report_to="none")
+    assert cfg.adv_eps == 1e-4  # GRPOTrainer: (R - mean) / (std + 1e-4)
+    batch = make_batch([[1]] * 2, [[5]] * 2, [1.0, 0.75])
+    ctx, _ = context(2)
+    Advantages(get_recipe("grpo"), rcc=False, rcc_coef=2.0, eps=cfg.adv_eps)(batch, ctx)
+    # mean 0.875, Bessel std = 0.125 * sqrt(2) = 0.176777: A = 0.125 / (0.176777 + 1e-4)
+    # = 0.706707 (with 1e-6: 0.707103).
+    assert batch.data["advantages"].tolist() == pytest.approx([0.706707, -0.706707], abs=2e-6)

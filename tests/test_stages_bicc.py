@@ -28,6 +28,7 @@ def stage(**overrides) -> ConditionedPrompts:
         strip_token_ids={0},
         keep_plain=False,
         reference_kl=False,
+        framing="inside",  # the budget tests below count the framing; 'outside' has its own
     )
     values.update(overrides)
     return ConditionedPrompts(TEMPLATE, **values)
@@ -233,3 +234,119 @@ def test_config_to_stage_on_smollm2s_chat_template(tmp_path):
         "Correct attempts at this problem:\nAttempt 1: 2+3=5. \\boxed{5}\nYour attempt:\n"
         "<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+@pytest.mark.parametrize(("kl_reference", "expected"), [("conditioned", -3.24), ("plain", -8.0)])
+def test_paper_mode_kl_reference_is_an_option(tmp_path, kl_reference, expected):
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.stages.build import RunFacts, _conditioned_prompts
+
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", bicc=True, beta=0.04,
+        bicc_ratio_mode="paper", bicc_kl_reference=kl_reference,
+    )  # fmt: skip
+    assert RLVRConfig(output_dir=str(tmp_path), report_to="none").bicc_kl_reference == (
+        "conditioned"
+    )
+    from stage_utils import CharTokenizer
+
+    built = _conditioned_prompts(cfg, RunFacts(CharTokenizer(), 2, has_reference=True))
+    assert built.reference_kl == (kl_reference == "conditioned")
+    ref = torch.tensor([[-8.0], [-8.0]])
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20]], [1, 0], ref_per_token_logps=ref)
+    batch.shared["old_logps"] = torch.zeros(2, 1)
+    ctx, _ = context(2, reference_logps=marker_logps)
+    stage(reference_kl=built.reference_kl)(batch, ctx)
+    # Paper mode: pi_old stays the plain prompt's; the KL reference follows the option
+    # (conditioned prompt of row 0: [1, 2, 91, 80, 20, 70, 60], sum 324 -> -3.24).
+    assert batch.data["old_per_token_logps"] is batch.shared["old_logps"]
+    assert batch.data["ref_per_token_logps"][0, 0].item() == pytest.approx(expected)
+
+
+def test_framing_outside_the_budget_carries_whole_attempts(caplog):
+    # The tiny budget above (4 tokens: 2-token prompts + 6, ratio 0.5) held nothing with
+    # the framing inside; paid outside, 4 tokens are the attempts' own: both fit whole.
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20, 21]], [1, 0])
+    batch.shared["old_logps"] = torch.zeros(2, 2)
+    ctx, logged = context(2)
+    with caplog.at_level("WARNING"):
+        stage(max_seq_len=None, framing="outside")(batch, ctx)
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    assert got == [[1, 2, 91, 80, 20, 21, 70, 60], [1, 2, 90, 80, 10, 70, 60]]
+    assert logged["bicc/whole_attempts"] == [1.0] and logged["bicc/cut_attempts"] == [0.0]
+    assert logged["bicc/attempt_tokens_kept"] == [1.0]
+    assert logged["bicc/context_tokens"] == [5.5]  # (6 + 5) / 2
+    assert "BiCC" not in caplog.text
+
+
+def test_framing_outside_is_still_capped_by_the_positions():
+    # 13 positions - 2 prompt - 6 completion = 5 for the whole context; one attempt's
+    # framing is 4 (header, prefix, suffix, footer), so 1 attempt token: [20, 21] -> [20].
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20, 21]], [1, 0])
+    batch.shared["old_logps"] = torch.zeros(2, 2)
+    ctx, logged = context(2, max_positions=13)
+    stage(max_seq_len=None, framing="outside")(batch, ctx)
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    assert got == [[1, 2, 91, 80, 20, 70, 60], [1, 2, 90, 80, 10, 70, 60]]
+    # Row 0: its attempt cut; row 1: whole. Kept (1 + 1) of (2 + 1) attempt tokens.
+    assert logged["bicc/whole_attempts"] == [0.5] and logged["bicc/cut_attempts"] == [0.5]
+    assert logged["bicc/attempt_tokens_kept"] == [pytest.approx(2 / 3)]
+
+
+def test_attempts_cut_below_half_warn_once(caplog):
+    # 2-token prompts + max_completion_length 2, ratio 0.5: 2 attempt tokens. Row 0 reads
+    # the 6-token wrong attempt cut to 2, row 1 the 1-token right one whole: 3 of 7 kept.
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20, 21, 22, 23, 24, 25]], [1, 0])
+    batch.shared["old_logps"] = torch.zeros(2, 6)
+    ctx, logged = context(2)
+    s = stage(max_seq_len=None, max_completion_length=2, framing="outside")
+    with caplog.at_level("WARNING"):
+        s(batch, ctx)
+        s(batch, ctx)
+    assert logged["bicc/attempt_tokens_kept"] == [pytest.approx(3 / 7)] * 2
+    assert caplog.text.count("keeps 43% of the opposite attempts' tokens") == 1
+
+
+def test_one_opposite_pairing_reads_one_completion_round_robin():
+    # G = 4: right rows 0 and 3, wrong rows 1 and 2. The k-th row of a side reads the
+    # opposite side's k-th completion: 0 <- [20], 3 <- [21], 1 <- [10], 2 <- [11].
+    batch = make_batch([[1]] * 4, [[10], [20], [21], [11]], [1, 0, 0, 1])
+    batch.shared["old_logps"] = torch.zeros(4, 1)
+    ctx, logged = context(4)
+    stage(pairing="one_opposite")(batch, ctx)
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    assert got == [
+        [1, 91, 80, 20, 70, 60],
+        [1, 90, 80, 10, 70, 60],
+        [1, 90, 80, 11, 70, 60],
+        [1, 91, 80, 21, 70, 60],
+    ]
+    assert logged["bicc/whole_attempts"] == [1.0]
+    # The partition (default): every row reads both opposite completions.
+    batch = make_batch([[1]] * 4, [[10], [20], [21], [11]], [1, 0, 0, 1])
+    batch.shared["old_logps"] = torch.zeros(4, 1)
+    ctx, _ = context(4)
+    stage()(batch, ctx)
+    got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
+    assert got[0] == [1, 91, 80, 20, 70, 81, 21, 70, 60]
+
+
+def test_conditioned_old_mode_puts_the_conditioned_logps_in_pi_old_only(tmp_path):
+    from contrastive_rlvr.algorithms import get_recipe
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.loss import build_loss
+    from contrastive_rlvr.trainer.preflight import UserError
+
+    # On policy (TRL left no old log-probs): pi_old is the conditioned prompt's forward.
+    batch = make_batch([[1, 2], [1, 2]], [[10], [20]], [1, 0])
+    ctx, _ = context(2)
+    stage(ratio_mode="conditioned_old")(batch, ctx)
+    # Conditioned prompt of row 0: [1, 2, 91, 80, 20, 70, 60], sum 324 -> -3.24.
+    assert batch.data["old_per_token_logps"][0, 0].item() == pytest.approx(-3.24)
+    # ... and the policy's forward reads the plain prompt.
+    cfg = RLVRConfig(output_dir=str(tmp_path), report_to="none", bicc=True,
+                     bicc_ratio_mode="conditioned_old", recipe="gmpo")  # fmt: skip
+    assert build_loss(cfg, get_recipe("gmpo")).logps.conditioned is False
+    with pytest.raises(UserError, match="bicc_mix"):
+        RLVRConfig(output_dir=str(tmp_path), report_to="none", bicc=True, bicc_mix=0.5,
+                   bicc_ratio_mode="conditioned_old")  # fmt: skip

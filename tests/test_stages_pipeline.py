@@ -62,8 +62,9 @@ def test_each_switch_adds_its_stage(tmp_path):
     assert train == ["hinted_round", *base] and evaluation == base
     train, evaluation = names(tmp_path, recipe="dapo", overlong_punishment=False)
     assert train == ["dynamic_sampling", *base] and evaluation == base
-    train, _ = names(tmp_path, recipe="conspo")  # no advantages: a reward threshold
-    assert train == ["rewards", "diagnostics"]
+    # A reward threshold, no advantages; the stage counts the usable groups (the normaliser).
+    train, _ = names(tmp_path, recipe="conspo")
+    assert train == ["rewards", "advantages", "diagnostics"]
 
 
 def test_skip_group_masks_first_and_restores_after_the_resampling_stages(tmp_path):

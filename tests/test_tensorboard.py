@@ -3,6 +3,8 @@ values the trainer logged (read back with TensorBoard's own reader)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from trainer_utils import make_config, make_trainer, save_tiny_model
 
@@ -31,3 +33,11 @@ def test_tensorboard_event_files_hold_the_logged_metrics(tmp_path):
     assert [e.step for e in events] == [h["step"] for h in logged]
     for e, h in zip(events, logged, strict=True):
         assert e.value == pytest.approx(h["reward"], abs=1e-6)
+    # A hand-built RLVRTrainer writes metrics.jsonl itself (its callbacks are attached by
+    # the trainer), and every metric there reaches TensorBoard, the running counters too.
+    rows = [json.loads(x) for x in (logdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[-1]["guard/rolled_back_total"] == 0.0
+    missing = sorted(k for k in rows[0] if k != "step" and f"train/{k}" not in tags)
+    assert not missing, missing
+    assert acc.Scalars("train/guard/rolled_back_total")[-1].value == 0.0

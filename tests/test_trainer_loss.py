@@ -3,6 +3,8 @@ the normalisers it passes, BiCC's mix, on hand-made micro-batches (no trainer)."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -202,6 +204,7 @@ def test_conspo_mix_is_the_same_loss_on_both_prompts():
         "completion_ids": torch.zeros(2, 2, dtype=torch.long),
         "completion_mask": torch.ones(2, 2),
         "rewards": torch.tensor([1.0, 0.0]),
+        "conspo_groups": torch.tensor(1.0),
     }
     objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
     mixed, _ = MixedLoss(objective, mix=0.5)(None, inputs, LossContext(logps, 2))
@@ -212,13 +215,43 @@ def test_conspo_mix_is_the_same_loss_on_both_prompts():
     assert mixed.item() == pytest.approx(0.5 * cond.item() + 0.5 * plain.item())
 
 
-def test_conspo_loss_is_divided_by_the_accumulation_steps():
+def _conspo_window_grad(splits, *, num_processes: int = 1):
+    """The gradient of ConSPO's loss on a window of 2 groups of G = 2 (group 0 usable, group
+    1 all wrong), summed over the micro-batches ``splits`` (row slices), per process."""
     objective = ContrastiveObjective(tau=10.0, max_margin=0.0, warmup=0.3, threshold=0.5)
-    logp = torch.tensor([[-0.5, -1.0], [-2.0, -0.1]])
-    inputs = {"completion_mask": torch.ones(2, 2), "rewards": torch.tensor([1.0, 0.0])}
-    one, _ = objective(logp, inputs, LossContext(None, 2, accum=1))
-    two, _ = objective(logp, inputs, LossContext(None, 2, accum=2))
-    assert two.item() == pytest.approx(one.item() / 2) and one.item() != 0
+    theta = torch.tensor([[-0.5], [-2.0], [-1.0], [-3.0]], requires_grad=True)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    accum = len(splits) // num_processes
+    ctx = LossContext(None, 2, accum=accum, steps_per_generation=accum, num_processes=num_processes)
+    grads = []
+    for rows in splits:
+        inputs = {
+            "completion_mask": torch.ones_like(theta[rows]),
+            "rewards": rewards[rows],
+            "conspo_groups": torch.tensor(1.0),  # the stage's count over the whole window
+        }
+        loss, _ = objective(theta[rows], inputs, ctx)
+        grads.append(torch.autograd.grad(loss, theta)[0])
+    return grads
+
+
+def test_conspo_gradient_is_the_same_for_any_split():
+    from contrastive_rlvr.algorithms import conspo_loss
+
+    # Independent: ConSPO's window mean on the whole window at once (its own count).
+    theta = torch.tensor([[-0.5], [-2.0], [-1.0], [-3.0]], requires_grad=True)
+    whole, _ = conspo_loss(theta, torch.ones(4, 1), torch.tensor([1.0, 0.0, 0.0, 0.0]), 2)
+    expected = torch.autograd.grad(whole, theta)[0]
+    # By hand: one usable group, P = e^(-0.05) / (e^(-0.05) + e^(-0.2)), dL/ds+ = -(1 - P).
+    p = math.exp(-0.05) / (math.exp(-0.05) + math.exp(-0.2))
+    assert expected[0, 0].item() == pytest.approx(-(1 - p))
+    one = _conspo_window_grad([slice(0, 4)])
+    two = _conspo_window_grad([slice(0, 2), slice(2, 4)])
+    torch.testing.assert_close(one[0], expected)
+    torch.testing.assert_close(two[0] + two[1], expected)  # accumulated micro-batches
+    # Two processes with one group each: DDP averages their gradients.
+    procs = _conspo_window_grad([slice(0, 2), slice(2, 4)], num_processes=2)
+    torch.testing.assert_close((procs[0] + procs[1]) / 2, expected)
 
 
 @pytest.mark.parametrize(
@@ -260,3 +293,79 @@ def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, 
     }
     loss.objective(logp, inputs, LossContext(logps=None, group_size=4))
     torch.testing.assert_close(seen["advantages"], torch.tensor(expected))
+
+
+def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):  # noqa: ANN001
+    """BiCC's loss with RCC's sampling reference (Dr.GRPO, b* unbounded), and the
+    advantages every ``policy_loss`` call received."""
+    import contrastive_rlvr.trainer.loss as loss_module
+
+    cfg = RLVRConfig(
+        output_dir=str(tmp_path), report_to="none", num_generations=4, max_completion_length=8,
+        per_device_train_batch_size=4, beta=0.0, recipe="dr_grpo", rcc=True,
+        rcc_reference="sampling", rcc_bound="none", bicc=True, bicc_mix=mix,
+        bicc_ratio_mode="paper",
+    )  # fmt: skip
+    loss = build_loss(cfg, get_recipe("dr_grpo"))
+    seen = []
+
+    def capture(name, logp, old, advantages, mask, **options):  # noqa: ANN001, ANN003
+        seen.append(advantages)
+        return logp.sum() * 0, {}
+
+    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    return loss, seen
+
+
+PLAIN = torch.tensor([[0.0], [0.0], [0.0], [5.0]])  # log pi_theta(o | q)
+CONDITIONED = torch.tensor([[3.0], [-1.0], [2.0], [-4.0]])  # log pi_theta(o | [q; O])
+UNCORRECTED = [0.75, -0.25, -0.25, -0.25]  # delta = 0: b* = mean R = 0.25, A = R - b*
+# delta = [0, 0, 0, 5]: Cov(R, delta) = 0 - 0.25 * 1.25 = -0.3125, b* = 0.25 - 0.625.
+CORRECTED = [1.375, 0.375, 0.375, 0.375]
+
+
+def _bicc_logps(
+    model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False
+):  # noqa: ANN001, E501
+    return (CONDITIONED if share_prefix else PLAIN).clone().requires_grad_()
+
+
+def _bicc_inputs(**extra):  # noqa: ANN003
+    return {
+        "prompt_ids": torch.ones(4, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(4, 1),
+        "bicc_prompt_ids": torch.full((4, 3), 9),
+        "bicc_prompt_mask": torch.ones(4, 3),
+        "completion_ids": torch.zeros(4, 1, dtype=torch.long),
+        "completion_mask": torch.ones(4, 1),
+        # paper mode: the ratio's pi_old is the plain prompt's (here 0 per token)
+        "old_per_token_logps": torch.zeros(4, 1),
+        "advantages": torch.full((4,), 1e9),  # loud: the loss recomputes them
+        "rewards": torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        "num_items_in_batch": torch.tensor(4.0),
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("mix", [1.0, 0.5])
+def test_bicc_rcc_sampling_delta_is_zero_on_policy(tmp_path, monkeypatch, mix):
+    # On policy (TRL kept no old log-probs, so no plain_old_per_token_logps): pi_theta is
+    # pi_old on the plain prompt, delta = 0 for every row and both shares, whatever the
+    # context does to the conditioned log-probs.
+    loss, seen = _bicc_rcc_loss(tmp_path, monkeypatch, mix)
+    loss(None, _bicc_inputs(), LossContext(logps=_bicc_logps, group_size=4))
+    assert len(seen) == (1 if mix == 1.0 else 2)
+    for advantages in seen:
+        torch.testing.assert_close(advantages, torch.tensor(UNCORRECTED))
+
+
+@pytest.mark.parametrize("mix", [1.0, 0.5])
+def test_bicc_rcc_sampling_delta_is_the_plain_prompt_shift(tmp_path, monkeypatch, mix):
+    # Off policy: delta = log pi_theta(o | q) - log pi_old(o | q) = PLAIN - 0, the same
+    # RCC advantages on the conditioned and (mix < 1) the plain share.
+    loss, seen = _bicc_rcc_loss(tmp_path, monkeypatch, mix)
+    inputs = _bicc_inputs(plain_old_per_token_logps=torch.zeros(4, 1))
+    loss(None, inputs, LossContext(logps=_bicc_logps, group_size=4))
+    assert len(seen) == (1 if mix == 1.0 else 2)
+    for advantages in seen:
+        torch.testing.assert_close(advantages, torch.tensor(CORRECTED))

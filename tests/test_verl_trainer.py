@@ -547,3 +547,29 @@ def test_a_built_row_over_the_token_limit_names_the_setting(recipes, monkeypatch
     trainer._check_row_lengths(rows, [torch.zeros(10)])  # exactly at the limit: fine
     with pytest.raises(ValueError, match="ppo_max_token_len_per_gpu=7168"):
         trainer._check_row_lengths(rows, [torch.zeros(11)])
+
+
+def test_padding_rows_keep_their_prompt_and_do_not_set_the_budget(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 20},
+    )
+    rows, batch = bicc_batch()
+    rows["a_1_0"] = row([1, 2], [12] * 11 + [EOS], 0.0)
+    # verl's upsampling: two synthetic rows under one uid, with a long prompt
+    for k in range(2):
+        rows[f"padx_{k}_0"] = row(list(range(30, 60)), [EOS], 0.0)
+    tags = [dict(t) for t in batch.tags] + [{"is_padding": True}, {"is_padding": True}]
+    batch = KVBatchMeta(keys=list(rows), tags=tags, partition_id="train")
+    trainer, _ = make_trainer(
+        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_placement="after_prompt"
+    )
+    got = trainer._bicc_rows(batch)
+    # L = longest real prompt 2 + max_response_length 20 = 22, budget floor(0.5 * 22) = 11
+    # (the 30-token padding prompts would make it 25): a_0_0 reads a_1_0's 11 tokens cut
+    # to 11 - 4 framing = 7 by the middle rule (head 4, tail 3).
+    assert got.budget == 11
+    by_key = dict(zip(batch.keys, got.prompts, strict=True))
+    assert by_key["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 7, 920, 930]
+    assert by_key["padx_0_0"].tolist() == list(range(30, 60))
+    assert by_key["padx_1_0"].tolist() == list(range(30, 60))

@@ -41,6 +41,24 @@ def main(
     _STATE["debug"] = _STATE["debug"] or debug
 
 
+#: Values of transformers' own ``--debug`` option (TrainingArguments.debug): a
+#: ``--debug`` followed by one of them is TRL's, a bare one is this CLI's.
+_TRL_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")
+
+
+def _take_debug(args: list[str]) -> list[str]:
+    """``args`` without this CLI's bare ``--debug`` (which switches tracebacks on), so it
+    works after the subcommand too; ``--debug underflow_overflow`` stays for TRL."""
+    kept = []
+    for i, arg in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--debug" and not any(v in nxt for v in _TRL_DEBUG_VALUES):
+            _STATE["debug"] = True
+            continue
+        kept.append(arg)
+    return kept
+
+
 def _fail(err: BaseException, code: int) -> NoReturn:
     """Print ``err`` as one ``error:`` line (its traceback too with --debug) and exit."""
     from .trainer.preflight import UserError
@@ -144,9 +162,13 @@ def train(
     if fields or show_help:
         typer.echo(config_help())
         raise typer.Exit(0)
-    cfg = _run(parse_config, config, list(ctx.args))
-    typer.echo(f"base configuration: {cfg.base_config}")
+    cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
+    main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
+    if main:
+        typer.echo(f"base configuration: {cfg.base_config}")
     summary = _run(run_training, cfg)
+    if not main:
+        return
     typer.echo(
         f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
         f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "
@@ -161,7 +183,9 @@ def train(
 )
 def compare(
     ctx: typer.Context,
-    out: Path | None = typer.Option(None, "--out", help="Output folder (default runs/compare)."),
+    out: Path | None = typer.Option(
+        None, "--output_dir", "--output-dir", "--out", help="Output folder (default runs/compare)."
+    ),
     recipes: str | None = typer.Option(
         None, "--recipes", help="Comma-separated (default: all six)."
     ),
@@ -194,7 +218,7 @@ def compare(
         config=config,
         output_dir=out,
         jobs=jobs,
-        overrides=list(ctx.args),
+        overrides=_take_debug(list(ctx.args)),
     )
     report = _run(run_compare, cfg, echo=typer.echo)
     typer.echo((Path(cfg.output_dir) / "results.md").read_text())
@@ -209,7 +233,11 @@ def compare(
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders, or a compare output folder."),
     out: Path | None = typer.Option(
-        None, "--out", help="Folder for the PNG files (default: FIRST_DIR/figures)."
+        None,
+        "--output_dir",
+        "--output-dir",
+        "--out",
+        help="Folder for the PNG files (default: FIRST_DIR/figures).",
     ),
 ) -> None:
     """PNG figures: reward and held-out accuracy, Cov(R, delta), delta distributions of

@@ -136,7 +136,10 @@ def load_compare_yaml(path: str | Path) -> dict:
     ``field: value`` or a list of ``--field value`` strings."""
     from .trainer.parse import load_yaml
 
-    data = load_yaml(path, CompareSpec, what="compare file")
+    # overrides may be a mapping (converted below), which the list[str] field type would refuse
+    data = load_yaml(
+        path, CompareSpec, what="compare file", checked_by_caller=frozenset({"overrides"})
+    )
     overrides = data.get("overrides")
     if isinstance(overrides, dict):
         data["overrides"] = [s for k, v in overrides.items() for s in (f"--{k}", _flag(v))]

@@ -27,7 +27,7 @@ from .bicc import (
     context_budget,
     partition_by_reward,
 )
-from .conspo import conspo_loss, conspo_margin
+from .conspo import conspo_loss, conspo_margin, usable_groups
 from .dapo import informative_groups, overlong_penalty
 from .losses import (
     POLICY_LOSSES,
@@ -124,6 +124,7 @@ __all__ = [
     "corrected_advantages",
     "off_policy_mask",
     "row_weights",
+    "usable_groups",
     "conspo_margin",
     "distinct_share",
     "entropy_factor",

@@ -50,7 +50,15 @@ import torch
 
 from .ops import Tensor, check_rows, group_view, num_groups
 
-BICC_RATIO_MODES: tuple[str, ...] = ("paper", "consistent")
+BICC_RATIO_MODES: tuple[str, ...] = ("paper", "consistent", "conditioned_old")
+#: What the context budget pays for: ``"outside"``, the attempts' tokens only (the
+#: framing text on top); ``"inside"``, the framing and the attempts together.
+FRAMING_BUDGETS: tuple[str, ...] = ("outside", "inside")
+FramingBudget = Literal["outside", "inside"]
+#: Which opposite completions a row reads: ``"partition"``, all of them (the paper);
+#: ``"one_opposite"``, one each (the authors' public code, docs/bicc.md).
+BICC_PAIRINGS: tuple[str, ...] = ("partition", "one_opposite")
+Pairing = Literal["partition", "one_opposite"]
 Truncation = Literal["head", "tail", "middle"]
 Placement = Literal["auto", "user_turn", "after_prompt", "before_prompt"]
 BICC_PLACEMENTS: tuple[str, ...] = ("auto", "user_turn", "after_prompt", "before_prompt")
@@ -113,6 +121,10 @@ class BiCCPrompts:
         prefix_index: (B,) rows with identical conditioned prompts share the
             index of the first such row: one partition of a group shares one
             prefix, so its encoding can be computed once.
+        whole_attempts, cut_attempts: (B,) opposite attempts the row's context holds in
+            full, and those cut or left out by the budget (0, 0 for a plain row).
+        kept_attempt_tokens, attempt_tokens: (B,) the attempts' tokens the context kept,
+            and their full lengths.
     """
 
     input_ids: Tensor
@@ -121,6 +133,10 @@ class BiCCPrompts:
     conditioned: Tensor
     positive: Tensor
     prefix_index: Tensor
+    whole_attempts: Tensor
+    cut_attempts: Tensor
+    kept_attempt_tokens: Tensor
+    attempt_tokens: Tensor
 
 
 def partition_by_reward(
@@ -183,30 +199,61 @@ def water_fill(lengths: Sequence[int], budget: int) -> list[int]:
     return kept
 
 
+def context_plan(
+    lengths: Sequence[int],
+    header: list[int],
+    template: EncodedTemplate,
+    budget: int,
+    *,
+    framing: FramingBudget = "inside",
+    room: int | None = None,
+) -> list[int]:
+    """How many tokens of each attempt (of the given lengths, in group order) a context
+    keeps, for the attempts it holds: the last ones may be left out (a shorter list).
+
+    ``framing="inside"``: ``budget`` pays for everything added (header, item prefixes and
+    suffixes, footer and the attempts' tokens). ``"outside"``: ``budget`` is the attempts'
+    share only; the framing is paid on top. ``room``: a hard limit on everything added
+    (the model's positions left over), either way. Attempts are left out from the end
+    while not even one token of each fits.
+    """
+    if framing not in FRAMING_BUDGETS:
+        raise ValueError(f"framing must be one of {FRAMING_BUDGETS}, got {framing!r}")
+    fixed = len(header) + len(template.footer)
+    k = min(len(lengths), len(template.item_prefixes))
+    while k > 0:
+        overhead = fixed + sum(len(template.item_prefixes[i]) for i in range(k))
+        overhead += k * len(template.item_suffix)
+        content = budget if framing == "outside" else budget - overhead
+        if room is not None:
+            content = min(content, room - overhead)
+        if content >= k:  # at least one content token each
+            return water_fill(list(lengths[:k]), content)
+        k -= 1
+    return []
+
+
 def build_context(
     completions: Sequence[Sequence[int]],
     header: list[int],
     template: EncodedTemplate,
     budget: int,
     truncation: Truncation,
+    *,
+    framing: FramingBudget = "inside",
+    room: int | None = None,
 ) -> list[int]:
-    """Token ids of ``header + [prefix_k + completion_k + suffix]... + footer`` within ``budget``.
+    """Token ids of ``header + [prefix_k + completion_k + suffix]... + footer`` within
+    ``budget`` (:func:`context_plan` says how ``framing`` and ``room`` count).
 
     Returns [] when not even one token of one completion fits.
     """
-    fixed = len(header) + len(template.footer)
-    k = min(len(completions), len(template.item_prefixes))
-    while k > 0:
-        overhead = fixed + sum(len(template.item_prefixes[i]) for i in range(k))
-        overhead += k * len(template.item_suffix)
-        if budget - overhead >= k:  # at least one content token each
-            break
-        k -= 1
-    if k == 0:
+    kept = context_plan([len(c) for c in completions], header, template, budget,
+                        framing=framing, room=room)  # fmt: skip
+    if not kept:
         return []
-    kept = water_fill([len(c) for c in completions[:k]], budget - overhead)
     out = list(header)
-    for i in range(k):
+    for i in range(len(kept)):
         out += template.item_prefixes[i] + truncate(completions[i], kept[i], truncation)
         out += template.item_suffix
     return out + template.footer
@@ -242,6 +289,11 @@ def context_budget(
     if max_positions is not None:
         budget = min(budget, max(max_positions - longest_prompt - max_completion_length, 0))
     return budget
+
+
+def context_room(longest_prompt: int, max_completion_length: int, max_positions: int) -> int:
+    """Tokens the model's positions leave for a context: ``W - P - C`` (at least 0)."""
+    return max(max_positions - longest_prompt - max_completion_length, 0)
 
 
 def resolve_placement(placement: str, conversational: bool) -> str:
@@ -319,6 +371,9 @@ def build_bicc_prompts(
     prompt_messages: Sequence[Messages] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     render: RenderChat | None = None,
+    framing: FramingBudget = "inside",
+    room: int | None = None,
+    pairing: Pairing = "partition",
 ) -> BiCCPrompts:
     """Build every row's conditioned prompt ``[q ; O_opposite]``.
 
@@ -342,6 +397,11 @@ def build_bicc_prompts(
             the prompts are conversational, row-aligned with ``prompt_ids``.
         decode, render: for ``user_turn``: token ids to text, and chat
             messages to token ids (see :func:`chat_conditioned_prompt`).
+        framing, room: what ``budget`` pays for and the hard limit on what is added
+            (:func:`context_plan`).
+        pairing: ``"partition"`` (the paper): every opposite completion of the group;
+            ``"one_opposite"`` (what the authors' code pairs): one, the k-th row of a side
+            reading the opposite side's ``k mod n``-th completion (so each is read).
     Returns:
         :class:`BiCCPrompts`.
     """
@@ -371,31 +431,50 @@ def build_bicc_prompts(
             ids.pop()
         return ids
 
+    if pairing not in BICC_PAIRINGS:
+        raise ValueError(f"pairing must be one of {BICC_PAIRINGS}, got {pairing!r}")
     positive, two_sided = partition_by_reward(rewards, group_size, threshold=threshold)
     rows: list[list[int]] = []
     added: list[int] = []
+    stats: list[tuple[int, int, int, int]] = []  # whole, cut, kept tokens, attempt tokens
     for g in range(0, n_rows, group_size):
         members = range(g, g + group_size)
-        contexts: dict[bool, list[int]] = {}
-        if bool(two_sided[g]):
-            for side in (True, False):
-                # Rows on `side` see the completions of the other side.
-                opposite = [clean(completion_ids[j]) for j in members if bool(positive[j]) != side]
-                header = template.header_correct if not side else template.header_wrong
-                contexts[side] = build_context(opposite, header, template, budget, truncation)
-        rendered: dict[bool, list[int]] = {}  # one chat rendering per partition
+        sides = {side: [j for j in members if bool(positive[j]) == side] for side in (True, False)}
+        contexts: dict[tuple[bool, int], list[int]] = {}  # (side, opposite pick) -> ids
+        rendered: dict[tuple[bool, int], list[int]] = {}  # one chat rendering per context
+        counted: dict[tuple[bool, int], tuple[int, int, int, int]] = {}
         for i in members:
             side = bool(positive[i])
-            context = contexts.get(side, [])
             prompt = list(prompt_ids[i])
+            if not bool(two_sided[g]):
+                rows.append(prompt)
+                added.append(0)
+                stats.append((0, 0, 0, 0))
+                continue
+            # Rows on `side` see completions of the other side: all, or one (round robin).
+            opposite = sides[not side]
+            pick = sides[side].index(i) % len(opposite) if pairing == "one_opposite" else -1
+            key = (side, pick)
+            chosen = opposite if pick < 0 else [opposite[pick]]
+            attempts = [clean(completion_ids[j]) for j in chosen]
+            if key not in contexts:
+                header = template.header_correct if not side else template.header_wrong
+                contexts[key] = build_context(attempts, header, template, budget, truncation,
+                                              framing=framing, room=room)  # fmt: skip
+                kept = context_plan([len(a) for a in attempts], header, template, budget,
+                                    framing=framing, room=room)  # fmt: skip
+                lengths = [len(a) for a in attempts]
+                whole = sum(1 for n, m in zip(kept, lengths, strict=False) if n >= m)
+                counted[key] = (whole, len(attempts) - whole, sum(kept), sum(lengths))
+            context = contexts[key]
             if not context:
                 row = prompt
             elif placement == "user_turn":
-                if side not in rendered:
-                    rendered[side] = chat_conditioned_prompt(
+                if key not in rendered:
+                    rendered[key] = chat_conditioned_prompt(
                         prompt_messages[i], context, decode=decode, render=render
                     )
-                row = rendered[side]
+                row = rendered[key]
             elif placement == "after_prompt":
                 row = prompt + context
             else:
@@ -403,6 +482,7 @@ def build_bicc_prompts(
             rows.append(row)
             # The chat rendering re-tokenises the decoded context: count what it added.
             added.append(len(row) - len(prompt))
+            stats.append(counted[key])
     # Identical prompts share the first row's index (plain prompts of one group too).
     first_seen: dict[tuple[int, ...], int] = {}
     prefix_index = [first_seen.setdefault(tuple(r), i) for i, r in enumerate(rows)]
@@ -414,6 +494,7 @@ def build_bicc_prompts(
             input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[i, width - len(r) :] = 1
     context_tokens = torch.tensor(added, dtype=torch.long)
+    counts = torch.tensor(stats, dtype=torch.long).reshape(n_rows, 4)
     return BiCCPrompts(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -421,4 +502,8 @@ def build_bicc_prompts(
         conditioned=context_tokens > 0,
         positive=positive,
         prefix_index=torch.tensor(prefix_index, dtype=torch.long),
+        whole_attempts=counts[:, 0],
+        cut_attempts=counts[:, 1],
+        kept_attempt_tokens=counts[:, 2],
+        attempt_tokens=counts[:, 3],
     )

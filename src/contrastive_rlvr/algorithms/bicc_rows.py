@@ -25,6 +25,7 @@ from .bicc import (
     RenderChat,
     build_bicc_prompts,
     context_budget,
+    context_room,
     resolve_placement,
 )
 from .ops import Tensor
@@ -69,6 +70,10 @@ class BiCCRowBuilder:
             ``data.max_response_length``.
         truncation, placement, threshold: as in :func:`build_bicc_prompts`.
         strip_token_ids: dropped from the end of quoted attempts (EOS list and pad).
+        framing: what the budget pays for: ``"outside"``, the attempts' tokens (the
+            framing text on top, the model's positions capping the whole context);
+            ``"inside"``, framing and attempts together (``bicc_framing_budget``).
+        pairing: ``"partition"`` or ``"one_opposite"`` (``bicc_pairing``).
     """
 
     template: EncodedTemplate
@@ -79,16 +84,27 @@ class BiCCRowBuilder:
     placement: str
     threshold: float
     strip_token_ids: frozenset[int] = field(default_factory=frozenset)
+    framing: str = "outside"
+    pairing: str = "partition"
 
     def budget(self, longest_prompt: int, max_positions: int | None = None) -> int:
-        """Tokens the context may add to a prompt (:func:`context_budget`)."""
+        """The context budget (:func:`context_budget`): the attempts' tokens with
+        ``framing="outside"`` (the positions cap the whole context through :meth:`room`),
+        everything added with ``"inside"`` (the positions cap it here)."""
         return context_budget(
             self.context_ratio,
             longest_prompt=longest_prompt,
             max_completion_length=self.max_completion_length,
             max_seq_len=self.max_seq_len,
-            max_positions=max_positions,
+            max_positions=max_positions if self.framing == "inside" else None,
         )
+
+    def room(self, longest_prompt: int, max_positions: int | None = None) -> int | None:
+        """What the model's positions leave for the whole context (``framing="outside"``;
+        None otherwise or when the window is unknown)."""
+        if self.framing == "inside" or max_positions is None:
+            return None
+        return context_room(longest_prompt, self.max_completion_length, max_positions)
 
     def needs_chat(self, conversational: bool) -> bool:
         """Whether the rows need the prompts' messages and the chat rendering."""
@@ -121,8 +137,9 @@ class BiCCRowBuilder:
             ValueError naming ``bicc_placement`` when the user-turn placement cannot
             reproduce the prompt ids from the messages.
         """
+        longest = max(map(len, prompt_ids))
         if budget is None:
-            budget = self.budget(max(map(len, prompt_ids)), max_positions)
+            budget = self.budget(longest, max_positions)
         chat = self._chat_inputs(prompt_ids, messages, render, decode)
         built = build_bicc_prompts(
             prompt_ids,
@@ -137,6 +154,9 @@ class BiCCRowBuilder:
             truncation=self.truncation,
             placement=self.placement,
             strip_token_ids=self.strip_token_ids,
+            framing=self.framing,  # type: ignore[arg-type]
+            room=self.room(longest, max_positions),
+            pairing=self.pairing,  # type: ignore[arg-type]
             **chat,
         )
         return built, budget

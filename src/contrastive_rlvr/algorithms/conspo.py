@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from .ops import Tensor, check_rows, check_same_shape, group_view, masked_mean, num_groups
+from .ops import Tensor, check_rows, check_same_shape, group_view, masked_mean
+from .ops import num_groups as count_groups
 
 
 def conspo_margin(progress: float, *, max_margin: float = 0.01, warmup: float = 0.3) -> float:
@@ -36,6 +37,16 @@ def conspo_margin(progress: float, *, max_margin: float = 0.01, warmup: float = 
     return 0.5 * max_margin * (1.0 - math.cos(math.pi * min(r, 1.0)))
 
 
+def usable_groups(
+    rewards: Tensor, group_size: int, *, threshold: float = 0.5, baseline: Tensor | None = None
+) -> Tensor:
+    """The number of groups with both a positive (``R > cut``) and a negative row: the
+    groups ConSPO's loss averages over. rewards, baseline: (B,); returns a 0-dim float."""
+    cut = threshold if baseline is None else baseline
+    pos = group_view(rewards > cut, group_size)
+    return (pos.any(1) & (~pos).any(1)).float().sum()
+
+
 def conspo_loss(
     logp: Tensor,
     mask: Tensor,
@@ -46,6 +57,7 @@ def conspo_loss(
     margin: float = 0.0,
     threshold: float = 0.5,
     baseline: Tensor | None = None,
+    num_groups: Tensor | float | None = None,
     row_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Negative ConSPO objective averaged over the groups with both positives and negatives.
@@ -60,6 +72,10 @@ def conspo_loss(
         threshold: reward above which a completion is a positive.
         baseline: optional (B,) per-row threshold replacing ``threshold``
             (used to combine ConSPO with RCC: positives are ``R > b*``).
+        num_groups: the divisor of the sum over usable groups; None: their count in
+            this batch. A trainer that splits a batch into micro-batches passes the whole
+            batch's count (times the micro-batch's share), so the gradient does not depend
+            on the split (:func:`usable_groups` counts them).
         row_weights: optional (B,) >= 0 sampling weights (vLLM's importance-sampling
             correction and the off-policy mask, :mod:`.sampling_correction`): a
             positive's term is weighted by ``w_i``, a negative enters the softmax's
@@ -73,7 +89,7 @@ def conspo_loss(
         (mean s of positives minus mean s of negatives, over used groups).
     """
     check_same_shape(logp=logp, mask=mask)
-    n_groups = num_groups(logp.shape[0], group_size, min_size=2, what="conspo_loss")
+    n_groups = count_groups(logp.shape[0], group_size, min_size=2, what="conspo_loss")
     check_rows("rewards", rewards, logp.shape[0])
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
@@ -106,7 +122,7 @@ def conspo_loss(
     log_prob = a - torch.logaddexp(a, neg_lse)  # (V, G): log P_i, meaningful on positives
     n_pos = p.sum(1)
     objective = tau * torch.where(p, w * log_prob, torch.zeros_like(log_prob)).sum(1) / n_pos
-    loss = -objective.sum() / valid.sum()
+    loss = -objective.sum() / (valid.sum() if num_groups is None else num_groups)
     with torch.no_grad():
         pos_prob = log_prob.exp()[p].mean()
         gap = ((s * p).sum(1) / n_pos - (s * ~p).sum(1) / (~p).sum(1)).mean()

@@ -87,8 +87,10 @@ class WarmStartConfig:
         context_budget: tokens the framed attempts may add to the prompt, cut as
             BiCC cuts them (``build_context``'s water-filling and ``context_truncation``);
             the trainer passes its own BiCC budget so the SFT contexts are the ones RL
-            will show (0.4 x 256 = 102 tokens for the embedded default: at most three
-            attempts, each cut to 5 characters). None: every attempt in full.
+            will show. None: every attempt in full.
+        context_framing, context_room: what the budget pays for (``"inside"``: the
+            framing too; ``"outside"``: the attempts only) and the hard limit on the
+            whole context, as the trainer's ``bicc_framing_budget`` sets them.
         context_truncation: how an attempt longer than its share is cut (BiCC's
             ``bicc_truncation``).
         context_placement: where the context goes (BiCC's ``bicc_placement`` for
@@ -129,6 +131,8 @@ class WarmStartConfig:
     context_frac: float = 0.0
     context_max_attempts: int = 7
     context_budget: int | None = None
+    context_framing: str = "inside"
+    context_room: int | None = None
     context_truncation: str = "middle"
     context_placement: str = "after_prompt"
     context_target: str = "avoid"
@@ -312,6 +316,8 @@ def context_prompt(
     budget: int | None = None,
     truncation: Truncation = "middle",
     placement: str = "after_prompt",
+    framing: str = "inside",
+    room: int | None = None,
 ) -> list[int]:
     """Token ids of ``prompt`` followed by BiCC's context of ``attempts``, exactly as
     :func:`~contrastive_rlvr.algorithms.build_bicc_prompts` lays out a conditioned
@@ -326,7 +332,7 @@ def context_prompt(
     header = encoded.header_correct if attempts_correct else encoded.header_wrong
     if budget is None:
         budget = sum(map(len, ids)) + 1024  # room for every attempt and the framing
-    context = build_context(ids, header, encoded, budget, truncation)
+    context = build_context(ids, header, encoded, budget, truncation, framing=framing, room=room)
     q = tokenizer(prompt, add_special_tokens=True)["input_ids"]
     return context + q if placement == "before_prompt" else q + context
 
@@ -407,6 +413,8 @@ def sampled_reading_pool(
             truncation=cfg.context_truncation,  # type: ignore[arg-type]
             placement=cfg.context_placement,  # type: ignore[arg-type]
             strip_token_ids={eos, pad},
+            framing=cfg.context_framing,  # type: ignore[arg-type]
+            room=cfg.context_room,
         )
         for correct_row in (True, False):
             row = next(i for i in range(group) if (rewards[i] > 0.5) == correct_row)
@@ -511,6 +519,8 @@ def sft_warm_start(
                         budget=cfg.context_budget,
                         truncation=cfg.context_truncation,  # type: ignore[arg-type]
                         placement=cfg.context_placement,
+                        framing=cfg.context_framing,
+                        room=cfg.context_room,
                     )
                 )
                 read_targets.append(target)

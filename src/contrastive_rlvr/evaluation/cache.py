@@ -1,7 +1,9 @@
 """On-disk cache of generations, so that an interrupted evaluation resumes.
 
 One jsonl file per benchmark and generation setting, one line per sample:
-``{"problem_id": ..., "seed": j, "completion": ...}``. The file name holds a
+``{"problem_id": ..., "seed": j, "completion": ..., "batch": ...}``, ``batch``
+naming the batch of problems the sample was drawn in (HF draws a batch from one
+seed, so a sample depends on the batch). The file name holds a
 hash of everything that changes what a sample would be (the weights, sampling
 parameters, prompt format, backend), so a changed setting starts a new file
 instead of mixing samples; ``<name>.meta.json`` next to it spells the setting
@@ -53,6 +55,7 @@ class GenerationCache:
         if not meta.exists():
             meta.write_text(json.dumps(dict(setting), indent=2, sort_keys=True, default=str))
         self._samples: dict[tuple[str, int], str] = {}
+        self._batches: dict[tuple[str, int], str | None] = {}
         # A kill mid-write leaves a last line without its newline: new lines
         # must not be glued onto it.
         self._torn_tail = False
@@ -71,6 +74,7 @@ class GenerationCache:
                     rec = json.loads(line)
                     key = (str(rec["problem_id"]), int(rec["seed"]))
                     self._samples[key] = str(rec["completion"])
+                    self._batches[key] = rec.get("batch")
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     logger.warning("%s line %d: unreadable cache line ignored", self.path, line_no)
 
@@ -80,16 +84,24 @@ class GenerationCache:
     def get(self, problem_id: str, seed: int) -> str | None:
         return self._samples.get((str(problem_id), seed))
 
-    def add(self, records: Iterable[tuple[str, int, str]]) -> None:
-        """Append ``(problem_id, seed, completion)`` samples and flush them to disk."""
+    def batch(self, problem_id: str, seed: int) -> str | None:
+        """The batch the cached sample was drawn in (None: not cached, or not recorded)."""
+        return self._batches.get((str(problem_id), seed))
+
+    def add(self, records: Iterable[tuple[str, int, str]], batch: str | None = None) -> None:
+        """Append ``(problem_id, seed, completion)`` samples drawn in ``batch`` and flush
+        them to disk (a later line of a key replaces an earlier one on reading)."""
         with self.path.open("a", encoding="utf-8") as f:
             if self._torn_tail:
                 f.write("\n")
                 self._torn_tail = False
             for problem_id, seed, completion in records:
                 rec = {"problem_id": str(problem_id), "seed": seed, "completion": completion}
+                if batch is not None:
+                    rec["batch"] = batch
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 self._samples[(str(problem_id), seed)] = completion
+                self._batches[(str(problem_id), seed)] = batch
             f.flush()
 
 

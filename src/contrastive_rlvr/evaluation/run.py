@@ -37,7 +37,13 @@ from .benchmarks import (
     parse_fields,
     resolve_benchmark,
 )
-from .cache import HASH_INDEX, GenerationCache, state_fingerprint, weights_fingerprint
+from .cache import (
+    HASH_INDEX,
+    GenerationCache,
+    fingerprint,
+    state_fingerprint,
+    weights_fingerprint,
+)
 from .generate import (
     DEFAULT_INSTRUCTION,
     Generator,
@@ -187,16 +193,28 @@ def _sample_all(
     progress: Progress,
     label: str,
 ) -> list[list[str]]:
-    """Completions ``[problem][seed]``, generating only what the cache lacks."""
-    todo = {s: [i for i in range(len(ids)) if cache.get(ids[i], s) is None] for s in range(n)}
-    cached = len(ids) * n - sum(len(m) for m in todo.values())
+    """Completions ``[problem][seed]``, generating only what the cache lacks.
+
+    Problems go in fixed batches of ``batch_size`` (0..B-1, B..2B-1, ...), and a batch
+    is generated whole when any of its samples is missing or was drawn in another batch
+    (HF draws a batch from one seed): so ``--limit 24`` after ``--limit 20`` gives the
+    samples a fresh ``--limit 24`` gives, and a resumed run those of an uninterrupted one.
+    """
+    chunks = [list(range(s, min(s + batch_size, len(ids)))) for s in range(0, len(ids), batch_size)]
+    keys = [fingerprint({"batch": [ids[i] for i in chunk]}) for chunk in chunks]
+    todo = {
+        s: [
+            c for c, key in enumerate(keys) if any(cache.batch(ids[i], s) != key for i in chunks[c])
+        ]
+        for s in range(n)
+    }
+    cached = len(ids) * n - sum(len(chunks[c]) for todo_s in todo.values() for c in todo_s)
     task = progress.add_task(label, total=len(ids) * n, completed=cached)
     for seed, missing in todo.items():
-        # Chunks of batch_size, each saved as soon as it is done (resume point).
-        for start in range(0, len(missing), batch_size):
-            chunk = missing[start : start + batch_size]
+        for c in missing:  # each batch saved as soon as it is done (resume point)
+            chunk = chunks[c]
             texts = generator.generate([prompts[i] for i in chunk], seed)
-            cache.add((ids[i], seed, text) for i, text in zip(chunk, texts, strict=True))
+            cache.add(((ids[i], seed, text) for i, text in zip(chunk, texts, strict=True)), keys[c])
             progress.advance(task, len(chunk))
     return [[cache.get(pid, seed) or "" for seed in range(n)] for pid in ids]
 
@@ -255,6 +273,7 @@ def _check_inputs(
             )
         sources[src.name] = src
     datasets = {name: load_source(src, limit=config.limit) for name, src in sources.items()}
+    _check_same_model(out_dir, config.model)
     if model is None:
         check_model_path(config.model)
         problems = _saved_weights_problems(Path(config.model).expanduser())
@@ -275,6 +294,23 @@ def _folder_read(sources: dict[str, BenchmarkSource]) -> str | None:
     """The one folder every local benchmark was read from, or None (several, or the Hub)."""
     folders = {str(Path(s.source).parent) for s in sources.values() if s.origin != "hub"}
     return folders.pop() if len(folders) == 1 else None
+
+
+def _check_same_model(out_dir: Path, model: str) -> None:
+    """A folder holds the evaluation of one model: a folder with the results of another
+    model is refused, so that its samples are never left beside this one's results. (New
+    weights under the same name are this model's: the cache is keyed by their content.)"""
+    try:
+        held = json.loads((out_dir / "results.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return
+    held_model = (held.get("config") or {}).get("model") if isinstance(held, dict) else None
+    if held_model is not None and held_model != model:
+        raise ValueError(
+            f"output_dir={str(out_dir)!r} holds the evaluation of model={held_model!r}: "
+            "choose another output_dir for this model (results and samples of two models "
+            "are never mixed in one folder)"
+        )
 
 
 def _saved_weights_problems(path: Path) -> str | None:

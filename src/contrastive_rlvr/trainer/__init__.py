@@ -1,8 +1,29 @@
-"""The TRL-based trainer: :class:`RLVRConfig`, :class:`RLVRTrainer` and :func:`train`."""
+"""The TRL-based trainer: :class:`RLVRConfig`, :class:`RLVRTrainer` and :func:`train`.
 
+The project's callbacks are public (each ``RLVRTrainer`` attaches them itself, so a
+hand-written TRL-style script gets the same logs as ``contrastive-rlvr train``):
+:class:`MetricsJsonl`, :class:`RunCounters`, :class:`NonFiniteUpdateGuard`,
+:class:`SkipNonFiniteUpdates`, :class:`FirstUpdateClipFraction`,
+:class:`TrainingDiagnostics` and :class:`VerifierCountersCallback`.
+"""
+
+from ..rewards.logging_callback import VerifierCountersCallback
+from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RunCounters
 from .config import RLVRConfig
-from .guards import SkipNonFiniteUpdates
+from .diagnostics import TrainingDiagnostics
+from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 from .rlvr_trainer import RLVRTrainer
 from .run import train
 
-__all__ = ["RLVRConfig", "RLVRTrainer", "SkipNonFiniteUpdates", "train"]
+__all__ = [
+    "FirstUpdateClipFraction",
+    "MetricsJsonl",
+    "NonFiniteUpdateGuard",
+    "RLVRConfig",
+    "RLVRTrainer",
+    "RunCounters",
+    "SkipNonFiniteUpdates",
+    "TrainingDiagnostics",
+    "VerifierCountersCallback",
+    "train",
+]

@@ -85,8 +85,27 @@ def loss_metric_keys(cfg) -> dict[str, str]:  # noqa: ANN001
     return TRL_LOSS_METRIC_KEYS if uses_trl_loss(cfg) else PROJECT_LOSS_METRIC_KEYS
 
 
+class RunCounters(TrainerCallback):
+    """Puts running totals (``counters()``: skipped updates, rolled-back updates, ...) into
+    the trainer's metrics after each optimizer step, so they go through the trainer's own
+    log to every ``report_to`` integration, ``log_history`` and ``metrics.jsonl``, with
+    the values after that step's update (the trainer's own log of them is taken at loss
+    time, before it). ``metrics()`` returns the trainer's ``_metrics["train"]``."""
+
+    def __init__(self, counters: Callable[[], dict[str, float]], metrics: Callable[[], dict]):
+        self.counters, self.metrics = counters, metrics
+
+    def on_step_end(self, args, state, control, **kwargs):
+        metrics = self.metrics()
+        for key, value in self.counters().items():
+            metrics[key] = [float(value)]  # one value: GRPOTrainer.log's mean is itself
+        return control
+
+
 class MetricsJsonl(TrainerCallback):
-    """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``.
+    """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``,
+    and one per held-out evaluation during training (TRL's ``eval_*`` keys, as TRL logs
+    them).
 
     On resume, lines of steps after the checkpoint are dropped first, so the
     file never holds a step twice. ``counters``, when set, returns running totals
@@ -108,11 +127,12 @@ class MetricsJsonl(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        is_eval = any(k.startswith("eval_") for k in logs or {})
+        if not state.is_world_process_zero or not logs or ("reward" not in logs and not is_eval):
             return control
         row = {"step": state.global_step}
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
-        if self.counters is not None:
+        if self.counters is not None and not is_eval:
             row.update(self.counters())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:

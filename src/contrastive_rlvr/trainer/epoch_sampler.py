@@ -38,3 +38,12 @@ class EpochAlignedSampler(RepeatSampler):
     def __iter__(self) -> Iterator[int]:
         self.draws += 1
         yield from super().__iter__()
+
+
+class EpochAlignedResume:
+    """Trainer mixin: TRL's ``_get_train_sampler`` hook, its sampler made an
+    :class:`EpochAlignedSampler` (tests/test_reliability_round_two.py resumes past two
+    epochs and compares the weights bit for bit)."""
+
+    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
+        return EpochAlignedSampler.from_sampler(super()._get_train_sampler(dataset))

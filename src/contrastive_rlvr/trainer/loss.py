@@ -309,14 +309,23 @@ class PolicyObjective:
         return out
 
     def __call__(
-        self, logp: torch.Tensor, inputs: dict, ctx: LossContext, *, plain: bool = False
+        self,
+        logp: torch.Tensor,
+        inputs: dict,
+        ctx: LossContext,
+        *,
+        plain: bool = False,
+        delta: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Metrics]:
-        """``plain``: the plain-prompt share of BiCC's mix (its own old / reference)."""
+        """``plain``: the plain-prompt share of BiCC's mix (its own old / reference).
+        ``delta``: RCC's (B,) delta when the caller has it (BiCC: the plain prompt's,
+        :meth:`Loss.rcc_delta`); else taken from ``logp`` (a plain-prompt forward)."""
         mask = inputs["completion_mask"]
         prefix = "plain_" if plain else ""
         old = old_logps(logp, inputs, prefix + "old_per_token_logps")
         advantages, rcc_metrics = inputs["advantages"], {}
-        delta = None if self.rcc is None or plain else self.rcc.delta(logp, inputs, old)
+        if delta is None and self.rcc is not None:
+            delta = self.rcc.delta(logp, inputs, old)
         if delta is not None:
             advantages = rcc_advantages_of(self.recipe, self.rcc, inputs, delta, ctx, self.eps)
             rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
@@ -350,14 +359,26 @@ class ContrastiveObjective:
         self.threshold, self.rcc, self.correction = threshold, rcc, correction
 
     def __call__(
-        self, logp: torch.Tensor, inputs: dict, ctx: LossContext, *, plain: bool = False
+        self,
+        logp: torch.Tensor,
+        inputs: dict,
+        ctx: LossContext,
+        *,
+        plain: bool = False,
+        delta: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Metrics]:
-        """``plain``: the plain-prompt share of BiCC's mix (RCC's sampling delta then
-        against the plain prompt's pi_old)."""
+        """``plain``: the plain-prompt share of BiCC's mix. ``delta``: as in
+        :class:`PolicyObjective` (BiCC: the plain prompt's, the same for both shares).
+
+        The sum over usable groups is divided by the generation batch's count of usable
+        groups (``conspo_groups``, all processes) times this micro-batch's share of it, as
+        the policy recipes' normalisers are: the gradient of a window does not depend on
+        how it is split into micro-batches or processes."""
         baseline, rcc_metrics = inputs.get("conspo_baseline"), {}
         key = "plain_old_per_token_logps" if plain else "old_per_token_logps"
         if self.rcc is not None:
-            delta = self.rcc.delta(logp, inputs, old_logps(logp, inputs, key))
+            if delta is None:
+                delta = self.rcc.delta(logp, inputs, old_logps(logp, inputs, key))
             if delta is not None:
                 baseline = rcc_baseline(
                     inputs["rewards"],
@@ -387,9 +408,18 @@ class ContrastiveObjective:
             margin=margin,
             threshold=self.threshold,
             baseline=baseline,
+            num_groups=self.window_groups(inputs, ctx),
             row_weights=weights,
         )
-        return loss / ctx.accum, {**metrics, **rcc_metrics}
+        return loss, {**metrics, **rcc_metrics}
+
+    @staticmethod
+    def window_groups(inputs: dict, ctx: LossContext) -> torch.Tensor | float:
+        """This micro-batch's share of the window's usable groups: the generation batch's
+        count x accum / (steps_per_generation x processes), so that the micro-batch losses
+        of an optimizer step sum to the window's mean (DDP averages the processes)."""
+        share = ctx.accum / (ctx.steps_per_generation * ctx.num_processes)
+        return (inputs["conspo_groups"] * share).clamp(min=share)
 
 
 def without_tool_tokens(inputs: dict) -> dict:
@@ -419,6 +449,35 @@ class Loss:
     ) -> None:
         self.logps, self.objective, self.entropy = logps, objective, entropy
         self.name = objective.name
+        self.plain_logps = PolicyLogps(conditioned=False)
+
+    def rcc_delta(
+        self,
+        model,
+        inputs: dict,
+        ctx: LossContext,
+        plain_logp: torch.Tensor | None = None,  # noqa: ANN001
+    ) -> torch.Tensor | None:
+        """RCC's sampling delta (B,) under BiCC: the policy's shift on the plain prompt,
+        ``log pi_theta(o | q) - log pi_old(o | q)``, never the context's shift (docs/rcc.md).
+        ``plain_logp``: the plain forward's log-probs when the loss has one (``bicc_mix <
+        1``). The stage keeps pi_old(o | q) as ``plain_old_per_token_logps`` only off
+        policy; on policy pi_theta is pi_old, so delta is 0 without a forward. None: not
+        RCC's sampling reference (the frozen one's delta is the stages')."""
+        rcc = getattr(self.objective, "rcc", None)
+        if "bicc_prompt_ids" not in inputs or rcc is None or rcc.reference != "sampling":
+            return None
+        old = inputs.get("plain_old_per_token_logps")
+        if old is None and plain_logp is None:
+            return torch.zeros(
+                inputs["completion_ids"].size(0), device=inputs["completion_ids"].device
+            )
+        if plain_logp is None:
+            with torch.no_grad():
+                plain_logp = self.plain_logps(model, inputs, ctx)
+        return rcc.delta(
+            plain_logp, inputs, old_logps(plain_logp, inputs, "plain_old_per_token_logps")
+        )
 
     def policy_pass(
         self,
@@ -434,7 +493,12 @@ class Loss:
         return logp, {**without_tool_tokens(inputs), "policy_entropy": entropies}
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
-        return self.objective(*self.policy_pass(self.logps, model, inputs, ctx), ctx)
+        logp, objective_inputs = self.policy_pass(self.logps, model, inputs, ctx)
+        # BiCC's conditioned_old mode: the loss forward is the plain prompt's already.
+        plain = None if self.logps.conditioned else logp
+        delta = self.rcc_delta(model, inputs, ctx, plain)
+        extra = {} if delta is None else {"delta": delta}
+        return self.objective(logp, objective_inputs, ctx, **extra)
 
 
 class TRLLoss:
@@ -487,7 +551,8 @@ class TRLLoss:
 class MixedLoss(Loss):
     """BiCC with ``mix < 1``: ``mix`` x the loss on the conditioned prompts plus
     ``1 - mix`` x the same loss (policy or ConSPO) on the plain prompts (this project's
-    option, docs/bicc.md); the metrics are the conditioned share's."""
+    option, docs/bicc.md); the metrics are the conditioned share's. RCC's sampling delta
+    is the plain forward's, the same for both shares."""
 
     def __init__(
         self,
@@ -497,12 +562,15 @@ class MixedLoss(Loss):
         entropy: bool = False,
     ) -> None:
         super().__init__(PolicyLogps(conditioned=True), objective, entropy=entropy)
-        self.plain_logps, self.mix = PolicyLogps(conditioned=False), mix
+        self.mix = mix
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
-        loss, metrics = super().__call__(model, inputs, ctx)
         plain_logp, plain_inputs = self.policy_pass(self.plain_logps, model, inputs, ctx)
-        plain, _ = self.objective(plain_logp, plain_inputs, ctx, plain=True)
+        delta = self.rcc_delta(model, inputs, ctx, plain_logp)
+        extra = {} if delta is None else {"delta": delta}
+        plain, _ = self.objective(plain_logp, plain_inputs, ctx, plain=True, **extra)
+        logp, objective_inputs = self.policy_pass(self.logps, model, inputs, ctx)
+        loss, metrics = self.objective(logp, objective_inputs, ctx, **extra)
         return self.mix * loss + (1.0 - self.mix) * plain, metrics
 
 
@@ -519,9 +587,11 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
             reference="sampling" if cfg.rcc_reference == "sampling" else "frozen",
             threshold=cfg.reward_threshold,
         )
+    # BiCC's conditioned_old ratio mode: the policy reads the plain prompt.
+    conditioned = cfg.bicc and cfg.bicc_ratio_mode != "conditioned_old"
     if uses_trl_loss(cfg):
         name = recipe.loss or cfg.recipe
-        return TRLLoss(name, conditioned=cfg.bicc, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
+        return TRLLoss(name, conditioned=conditioned, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
     if recipe.objective == "contrastive":
         objective = ContrastiveObjective(
             tau=cfg.conspo_tau,
@@ -536,7 +606,7 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
     entropy = cfg.reco and cfg.reco_factor == "entropy"
     if cfg.bicc and cfg.bicc_mix < 1.0:
         return MixedLoss(objective, cfg.bicc_mix, entropy=entropy)
-    return Loss(PolicyLogps(conditioned=cfg.bicc), objective, entropy=entropy)
+    return Loss(PolicyLogps(conditioned=conditioned), objective, entropy=entropy)
 
 
 def _vocab_size(model: Any) -> int | None:

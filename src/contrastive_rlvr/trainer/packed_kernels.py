@@ -253,12 +253,25 @@ def flex_packed_forward(
     block_mask,  # noqa: ANN001
 ) -> torch.Tensor:
     """``query`` (U, H, L, d), ``key``/``value`` (U, H_kv, L, d) -> (U, L, H, d)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     groups = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling)
+    out = _flex(query.is_cuda)(query, key, value, block_mask=block_mask, scale=scaling)
     return out.transpose(1, 2).contiguous()
+
+
+_COMPILED_FLEX: list[Callable] = []
+
+
+def _flex(cuda: bool) -> Callable:
+    """flex_attention, compiled on CUDA (the fused kernel; eager flex materialises the
+    scores); eager on CPU, where PyTorch 2.13 compiles no flex kernel."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not cuda:
+        return flex_attention
+    if not _COMPILED_FLEX:
+        _COMPILED_FLEX.append(torch.compile(flex_attention))
+    return _COMPILED_FLEX[0]
 
 
 def _attention(base: str, kernel: VarlenKernel | None) -> Callable:

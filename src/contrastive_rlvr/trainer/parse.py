@@ -45,9 +45,15 @@ def default_config_path() -> Path:
     return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
 
 
-def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config file") -> dict:
+def load_yaml(
+    path: str | Path,
+    schema: type = RLVRConfig,
+    what: str = "config file",
+    checked_by_caller: frozenset[str] = frozenset(),
+) -> dict:
     """The mapping in a YAML file of ``schema``'s fields; unknown keys raise naming them,
-    the valid ones and the file."""
+    the valid ones and the file, and so do values of the wrong type (except the fields in
+    ``checked_by_caller``, which the caller converts and checks itself)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{what} {path} does not exist")
@@ -63,7 +69,7 @@ def load_yaml(path: str | Path, schema: type = RLVRConfig, what: str = "config f
         raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
     hints = typing.get_type_hints(schema)
     for name, value in data.items():
-        if not _fits(value, hints.get(name, typing.Any)):
+        if name not in checked_by_caller and not _fits(value, hints.get(name, typing.Any)):
             raise ValueError(
                 f"{what} {path}: {name}={value!r} is a {type(value).__name__}, not a "
                 f"{_type_name(hints[name])}"
@@ -140,7 +146,8 @@ def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRCo
     values = load_yaml(base)
     if config_file:
         _check_names_a_model(base, values, overrides)
-    parser = HfArgumentParser(RLVRConfig)
+    # No prefixes: --max_step must not silently mean --max_steps.
+    parser = HfArgumentParser(RLVRConfig, allow_abbrev=False)
     parser.set_defaults(**values)
     (config,) = parser.parse_args_into_dataclasses(args=overrides)
     config.base_config = str(base)

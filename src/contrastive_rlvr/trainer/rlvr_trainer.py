@@ -20,9 +20,7 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
   run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
-- ``_get_train_sampler``: TRL's sampler, whose ``set_epoch`` catches its generator up
-  to the epoch, so that a run resumed past its first epoch draws the prompt order an
-  uninterrupted one does (:mod:`.epoch_sampler`).
+- ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -41,8 +39,8 @@ from trl.trainer.utils import get_config_model_id
 
 from .batching import group_permutation, reorder_rows, split_rows
 from .config import RLVRConfig
-from .epoch_sampler import EpochAlignedSampler
-from .guards import SkipNonFiniteUpdates, check_rewards, guard_rewards
+from .epoch_sampler import EpochAlignedResume
+from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, check_rewards, guard_rewards
 from .loss import LossContext, build_loss
 from .model_card import complete_model_card, methods_on
 from .reference import adapter_reference, frozen_copy, is_adapter
@@ -52,7 +50,7 @@ from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, nee
 from .trl_settings import effective_recipe
 
 
-class RLVRTrainer(GRPOTrainer):
+class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
     """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
 
     Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
@@ -107,7 +105,38 @@ class RLVRTrainer(GRPOTrainer):
         self.pipelines = build_stages(config, facts)
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
+        self._attach_project_callbacks(config)
+
+    def _attach_project_callbacks(self, config: RLVRConfig) -> None:
+        """The project's callbacks, on every RLVRTrainer (the CLI's runs and hand-built
+        ones alike): the non-finite update guard and skip, the running counters in the
+        logs (so in every report_to), ``metrics.jsonl``, the verifier counters, BiCC's
+        first-update clip fraction and the diagnostics."""
+        from ..rewards.logging_callback import VerifierCountersCallback
+        from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RunCounters
+        from .diagnostics import diagnostics_callback
+
+        self.update_guard = NonFiniteUpdateGuard(
+            max_snapshot_bytes=config.rollback_snapshot_max_bytes
+        )
+        self.update_guard.reduce = lambda flag: self.accelerator.reduce(
+            flag.to(self.accelerator.device), reduction="sum"
+        )
+        self.add_callback(self.update_guard)
         self.add_callback(SkipNonFiniteUpdates(self))
+        totals = lambda: {  # noqa: E731
+            "loss/skipped_updates_total": self.skipped_updates,
+            "loss/nonfinite_total": self.nonfinite_losses,
+            "guard/rolled_back_total": self.update_guard.rolled_back,
+        }
+        self.add_callback(RunCounters(totals, lambda: self._metrics["train"]))
+        self.add_callback(VerifierCountersCallback(self))
+        if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
+            self.add_callback(FirstUpdateClipFraction(lambda: self._metrics["train"]))
+        self.add_callback(MetricsJsonl(config.output_dir))
+        diagnostics = diagnostics_callback(self, config.output_dir)
+        if diagnostics is not None:
+            self.add_callback(diagnostics)
 
     def create_model_card(
         self,
@@ -225,10 +254,6 @@ class RLVRTrainer(GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ TRL hook: rewards
-
-    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
-        sampler = super()._get_train_sampler(dataset)
-        return EpochAlignedSampler.from_sampler(sampler)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe,

@@ -17,8 +17,7 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
-from ..rewards.logging_callback import VerifierCountersCallback
-from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RichProgress
+from .callbacks import RichProgress
 from .checkpoints import (
     config_differences,
     list_checkpoints,
@@ -26,9 +25,8 @@ from .checkpoints import (
     weights_problems,
 )
 from .config import RLVRConfig
-from .diagnostics import diagnostics_callback
 from .folder_lock import OutputDirLock
-from .guards import AllUpdatesSkipped, NonFiniteUpdateGuard, NoTrainingSteps, guard_reward
+from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
 from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, UserError, preflight
 from .rlvr_trainer import RLVRTrainer
@@ -94,10 +92,10 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_frac=config.embedded_sft_context_frac,
                 context_target=config.embedded_sft_context_target,
                 # Read only by a reading warm start (a share of it > 0).
-                context_budget=(
+                **(
                     embedded_sft_context_budget(config)
                     if config.embedded_sft_context_frac > 0
-                    else None
+                    else {"context_budget": None}
                 ),
                 context_truncation=config.bicc_truncation,
                 context_placement=embedded_sft_context_placement(config),
@@ -128,6 +126,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         model=model,
         tokenizer=tokenizer,
         train=train,
+        heldout=heldout,
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
@@ -146,26 +145,32 @@ def embedded_sft_context_placement(config: RLVRConfig) -> str:
     return resolve_placement(config.bicc_placement, False)
 
 
-def embedded_sft_context_budget(config: RLVRConfig) -> int:
+def embedded_sft_context_budget(config: RLVRConfig) -> dict:
     """The BiCC context budget a run of ``config`` on the embedded model gives, so that the
     reading warm start's contexts are cut as RL will cut them: ``context_budget`` with the
     task's longest prompt (every prompt of one length has the same characters count) and
-    the embedded model's positions."""
+    the embedded model's positions; with ``bicc_framing_budget='outside'`` the positions
+    cap the whole context (``context_room``). WarmStartConfig's ``context_*`` fields."""
     from ..algorithms import context_budget
+    from ..algorithms.bicc import context_room
     from ..embedded import TaskConfig, bicc_phrases, build_char_tokenizer, make_datasets
     from ..embedded.model import DEFAULT_MAX_POSITIONS
 
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
     train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
+    inside = config.bicc_framing_budget == "inside"
     budget = context_budget(
         config.bicc_context_ratio,
         longest_prompt=longest,
         max_completion_length=config.max_completion_length,
         max_seq_len=config.bicc_max_seq_len,
-        max_positions=DEFAULT_MAX_POSITIONS,
+        max_positions=DEFAULT_MAX_POSITIONS if inside else None,
     )
-    if budget < 1:
+    room = None
+    if not inside:
+        room = context_room(longest, config.max_completion_length, DEFAULT_MAX_POSITIONS)
+    if budget < 1 or (room is not None and room < 1):
         raise UserError(
             f"embedded_sft_context_frac={config.embedded_sft_context_frac} needs room for "
             f"BiCC's context, but the longest prompt ({longest} tokens) plus "
@@ -174,7 +179,8 @@ def embedded_sft_context_budget(config: RLVRConfig) -> int:
             f"{DEFAULT_MAX_POSITIONS}) at bicc_context_ratio={config.bicc_context_ratio}: "
             "lower max_completion_length or raise bicc_max_seq_len"
         )
-    return budget
+    framing = config.bicc_framing_budget
+    return {"context_budget": budget, "context_framing": framing, "context_room": room}
 
 
 def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
@@ -257,7 +263,14 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
     evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
-    return dict(model=model, tokenizer=tokenizer, train=train, rewards=rewards, evaluate=evaluate)
+    return dict(
+        model=model,
+        tokenizer=tokenizer,
+        train=train,
+        heldout=heldout,
+        rewards=rewards,
+        evaluate=evaluate,
+    )
 
 
 def _heldout_evaluator(
@@ -420,10 +433,14 @@ def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
     return int(state["global_step"]) >= config.max_steps
 
 
-def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | None]:
+def plan_output_dir(
+    config: RLVRConfig, out: Path, *, may_write: bool = True
+) -> tuple[str | None, dict | None]:
     """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
     (``UserError``) a fresh run into a directory that holds another run, a resume with a
-    changed config, and a resume with no complete checkpoint. Nothing is loaded."""
+    changed config, and a resume with no complete checkpoint. Nothing is loaded.
+    ``may_write=False`` (processes other than the main one): the same answer, and the
+    main process alone removes a run that ``overwrite_output_dir`` replaces."""
     if not config.resume:
         own = out / CONFIG_FILE
         if own.is_file() and not _written_by_a_run(own):
@@ -440,8 +457,9 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
                     "resume it with resume=true, choose another output_dir, or set "
                     "overwrite_output_dir=true to replace it"
                 )
-            logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
-            _clear_run(out)
+            if may_write:
+                logger.warning("%s: replacing the run it holds (%s)", out, ", ".join(found))
+                _clear_run(out)
         return None, None
     _check_config_unchanged(config, out)
     summary_file = out / SUMMARY_FILE
@@ -487,6 +505,17 @@ def plan_output_dir(config: RLVRConfig, out: Path) -> tuple[str | None, dict | N
     return str(checkpoint), None
 
 
+def _any_step_scored(metrics_file: Path, first: int) -> bool:
+    """Whether a step after ``first`` logged a numeric reward (TRL logs None for a step
+    whose every reward was None, and metrics.jsonl keeps numbers only). True when there
+    is no file to tell (another process writes it, or logging is off)."""
+    if not metrics_file.exists():
+        return True
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("step", 0) > first]
+    return not rows or any(isinstance(r.get("reward"), int | float) for r in rows)
+
+
 def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
     """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
     records with it: the counts behind it and its bootstrap interval over problems."""
@@ -527,9 +556,25 @@ def _weights_only(problems: list[str]) -> bool:
     )
 
 
-def _is_main_launch_process() -> bool:
-    # Before the accelerator exists: torchrun / accelerate set RANK on every process.
-    return os.environ.get("RANK", "0") == "0"
+def _distributed_state(config: RLVRConfig):  # noqa: ANN202
+    """accelerate's process state of the run, as TrainingArguments sets it up (the process
+    group of a torchrun launch is made here, as the Trainer would)."""
+    _ = config.device  # sets up config.distributed_state
+    if config.distributed_state is None:
+        from accelerate import PartialState
+
+        return PartialState(cpu=config.use_cpu)
+    return config.distributed_state
+
+
+def _on_main(state: Any, evaluate: Any, model: Any) -> Any:
+    """The held-out evaluation once, on the main process; every process gets its value."""
+    value = evaluate(model) if state.is_main_process else None
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        value = broadcast_object_list([value])[0]
+    return value
 
 
 def train(
@@ -546,9 +591,12 @@ def train(
     out = Path(config.output_dir)
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
-    lock = OutputDirLock(out) if _is_main_launch_process() else contextlib.nullcontext()
+    state = _distributed_state(config)
+    # One writer per folder: the main process holds the lock for the whole run (the others
+    # only read the folder, after it, and wait for it at each write).
+    lock = OutputDirLock(out) if state.is_main_process else contextlib.nullcontext()
     with lock:
-        return _train_locked(config, out, checked, extra_callbacks, progress)
+        return _train_locked(config, out, checked, extra_callbacks, progress, state)
 
 
 def _train_locked(
@@ -557,47 +605,40 @@ def _train_locked(
     checked: PreflightResult,
     extra_callbacks: list | None,
     progress: bool,
+    state: Any,
 ) -> dict:
-    resume, finished = plan_output_dir(config, out)
+    # Under several processes (torchrun) every one plans from the folder as it was; only
+    # the main process writes it, after all have read it, and builds the embedded warm
+    # start while the others wait (they then load it).
+    main = state.is_main_process
+    resume, finished = plan_output_dir(config, out, may_write=main)
     if finished is not None:
         logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
         if "error" in finished:
             raise AllUpdatesSkipped(f"{out} finished already: {finished['error']}")
         return finished
-    out.mkdir(parents=True, exist_ok=True)
-    save_resolved_config(config, out / CONFIG_FILE)
+    state.wait_for_everyone()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        save_resolved_config(config, out / CONFIG_FILE)
     logger.info("base configuration: %s", config.base_config or "none (built in code)")
-    parts = load_run_inputs(config, out, checked)
+    with state.main_process_first():
+        parts = load_run_inputs(config, out, checked)
     started = time.perf_counter()
-    before = parts["evaluate"](parts["model"])
-    metrics = MetricsJsonl(out)
-    update_guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
+    before = _on_main(state, parts["evaluate"], parts["model"])
     trainer = RLVRTrainer(
         model=parts["model"],
         reward_funcs=parts["rewards"],
         args=config,
         train_dataset=parts["train"],
+        # Held-out evaluation during training (eval_strategy/eval_steps): TRL's own, on the
+        # held-out rows, logged as TRL's eval_* metrics.
+        eval_dataset=parts["heldout"] if config.eval_strategy != "no" else None,
         processing_class=parts["tokenizer"],
-        callbacks=[update_guard, metrics, *(extra_callbacks or [])],
+        callbacks=extra_callbacks,
         peft_config=peft_config_of(config),
-    )
-    update_guard.reduce = lambda flag: trainer.accelerator.reduce(
-        flag.to(trainer.accelerator.device), reduction="sum"
-    )
-    # The counters as they are after the step being logged (the trainer's own log of them
-    # is taken at loss time, before that step's optimizer update).
-    metrics.counters = lambda: {
-        "loss/skipped_updates_total": trainer.skipped_updates,
-        "loss/nonfinite_total": trainer.nonfinite_losses,
-        "guard/rolled_back_total": update_guard.rolled_back,
-    }
-    # The verifier's trouble counters (math_verify rewards) in every logged step.
-    trainer.add_callback(VerifierCountersCallback(trainer))
-    if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
-        trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
-    diagnostics = diagnostics_callback(trainer, out)
-    if diagnostics is not None:
-        trainer.add_callback(diagnostics)
+    )  # the project's callbacks (guards, metrics.jsonl, diagnostics) come with it
+    update_guard = trainer.update_guard
     # The rich bar replaces HF's tqdm bar and its printing of every log dict.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
@@ -616,7 +657,7 @@ def _train_locked(
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
     trainer.save_model(str(out))
-    after = parts["evaluate"](trainer.model)
+    after = _on_main(state, parts["evaluate"], trainer.model)
     before, before_counts = heldout_score(before)
     after, after_counts = heldout_score(after)
     summary = {
@@ -650,6 +691,12 @@ def _train_locked(
             f"every one of the {steps_here} optimizer steps was skipped (non-finite loss or "
             f"gradient: {trainer.skipped_updates}) or rolled back (non-finite parameters: "
             f"{update_guard.rolled_back}): the run learned nothing"
+        )
+    elif steps_here > 0 and not _any_step_scored(out / "metrics.jsonl", first):
+        summary["error"] = (
+            f"no completion of the {steps_here} steps was scored: every reward function "
+            "returned None for every row, so every advantage was 0 and the run learned "
+            "nothing; fix the reward functions"
         )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

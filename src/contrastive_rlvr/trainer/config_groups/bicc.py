@@ -38,13 +38,42 @@ class BiCCOptions:
     help_group: ClassVar[str] = "BiCC (Bilateral Context Conditioning)"
 
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
-    bicc_ratio_mode: Literal["paper", "consistent"] | None = field(
+    bicc_ratio_mode: Literal["paper", "consistent", "conditioned_old"] | None = field(
         default=None,
         metadata={
             "help": "'paper': pi_theta(o|[q;O_opp]) / pi_old(o|q); 'consistent': "
-            "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]). None: the recipe's default ("
+            "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]); 'conditioned_old' (what the "
+            "authors' public code intends): pi_theta(o|q) / pi_old(o|[q;O_opp]), the policy "
+            "on the plain prompt (bicc_mix 1 only). None: the recipe's default ("
             + ", ".join(f"{k}: {v}" for k, v in RECIPE_BICC_RATIO_MODE.items())
             + "), chosen from the step-1 clip fractions and results in docs/bicc.md."
+        },
+    )
+    bicc_pairing: Literal["partition", "one_opposite"] = field(
+        default="partition",
+        metadata={
+            "help": "Which opposite completions a row reads: 'partition' (all of its group's, "
+            "the paper) or 'one_opposite' (one each, round robin over the opposite side: the "
+            "pairing of the authors' public code, docs/bicc.md)."
+        },
+    )
+    bicc_framing_budget: Literal["outside", "inside"] = field(
+        default="outside",
+        metadata={
+            "help": "What the context budget pays for: 'outside' (the attempts' tokens only; "
+            "the framing text is added on top, so a short run still carries whole attempts) "
+            "or 'inside' (framing and attempts together, this project's earlier default). "
+            "The model's positions cap the whole context either way (docs/bicc.md)."
+        },
+    )
+    bicc_kl_reference: Literal["conditioned", "plain"] = field(
+        default="conditioned",
+        metadata={
+            "help": "BiCC with beta > 0: the reference of the conditioned share's KL term. "
+            "'conditioned': pi_ref(o|[q;O_opp]), so the KL measures only how far the policy "
+            "moved (0 at step 1, as plain GRPO's); 'plain': pi_ref(o|q), which adds the "
+            "context's own shift (nonzero at step 1). The plain share (bicc_mix < 1) always "
+            "uses the plain reference (docs/bicc.md)."
         },
     )
     share_prefix: bool = field(
@@ -130,6 +159,31 @@ class BiCCOptions:
             self.bicc_ratio_mode,
             f"choose one of {', '.join(BICC_RATIO_MODES)}, or leave it unset for the "
             "recipe's default",
+        )
+        check(
+            self.bicc_pairing in ("partition", "one_opposite"),
+            "bicc_pairing",
+            self.bicc_pairing,
+            "choose 'partition' or 'one_opposite'",
+        )
+        check(
+            self.bicc_framing_budget in ("outside", "inside"),
+            "bicc_framing_budget",
+            self.bicc_framing_budget,
+            "choose 'outside' or 'inside'",
+        )
+        check(
+            not (self.bicc_ratio_mode == "conditioned_old" and self.bicc_mix < 1.0),
+            "bicc_mix",
+            self.bicc_mix,
+            "must be 1 with bicc_ratio_mode='conditioned_old' (its policy already reads the "
+            "plain prompt)",
+        )
+        check(
+            self.bicc_kl_reference in ("conditioned", "plain"),
+            "bicc_kl_reference",
+            self.bicc_kl_reference,
+            "choose 'conditioned' or 'plain'",
         )
         check(0.0 <= self.bicc_mix <= 1.0, "bicc_mix", self.bicc_mix, "must be in [0, 1]")
         check(

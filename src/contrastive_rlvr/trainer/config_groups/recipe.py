@@ -75,7 +75,13 @@ class RecipeOptions:
             "True needs a recipe TRL has."
         },
     )
-    adv_eps: float = field(default=1e-6, metadata={"help": "eps in (R - mean) / (std + eps)."})
+    adv_eps: float = field(
+        default=1e-4,
+        metadata={
+            "help": "eps in (R - mean) / (std + eps). The default is TRL's (GRPOTrainer adds "
+            "1e-4), so the project's advantages are TRL's on every recipe (docs/trl-parity.md)."
+        },
+    )
     reward_threshold: float = field(
         default=0.5,
         metadata={

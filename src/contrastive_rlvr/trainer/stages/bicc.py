@@ -18,19 +18,28 @@ from .base import Batch, StageContext
 
 logger = logging.getLogger(__name__)
 
+#: A run warns (once) when its contexts keep less than this share of the opposite
+#: attempts' tokens: below half, most attempts have lost their reasoning or their answer.
+CUT_WARNING_SHARE = 0.5
+
 # Chat messages -> token ids of the rendered conversation with the generation header.
 RenderChat = Callable[[list[dict]], Sequence[int]]
 
 
 class ConditionedPrompts:
     """Writes ``bicc_prompt_ids`` / ``bicc_prompt_mask`` (B, P'), left-padded, and sets
-    ``old_per_token_logps`` (and, in the consistent mode with KL, ``ref_per_token_logps``)
+    ``old_per_token_logps`` (and, with the conditioned KL reference, ``ref_per_token_logps``)
     for the loss's ratio; with ``mix < 1`` keeps the plain ones as ``plain_*``.
 
     Args:
         template: the framing text, encoded (:meth:`BiCCTemplate.encode`).
         ratio_mode: ``"paper"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | q);
-            ``"consistent"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]).
+            ``"consistent"``: rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]);
+            ``"conditioned_old"`` (what the authors' code intends): rho = pi_theta(o | q) /
+            pi_old(o | [q; O_opp]).
+        framing: ``"outside"``: the budget pays for the attempts' tokens, the framing
+            text is added on top; ``"inside"``: the budget pays for both.
+        pairing: ``"partition"`` (every opposite completion) or ``"one_opposite"``.
         context_ratio, max_seq_len, max_completion_length: the opposite completions'
             budget is ``floor(context_ratio * L)`` tokens, ``L = max_seq_len`` when set,
             else the run's own length (the batch's longest prompt +
@@ -44,10 +53,11 @@ class ConditionedPrompts:
             that need it).
         threshold: reward above which a completion is correct.
         strip_token_ids: tokens dropped from the quoted completions (EOS, padding).
-        keep_plain: ``mix < 1``: the plain-prompt share of the loss needs the plain
-            old / reference log-probs.
-        reference_kl: the consistent mode with beta > 0 needs the reference on the
-            conditioned prompt.
+        keep_plain: keep the plain old / reference log-probs (``mix < 1``: the plain
+            share's ratio and KL; RCC's sampling reference: the plain-prompt delta). They
+            are kept only where TRL computed them (off policy); absent means on policy.
+        reference_kl: ``bicc_kl_reference='conditioned'`` with beta > 0: the KL term's
+            reference on the conditioned prompt, pi_ref(o | [q; O_opp]).
     """
 
     name = "conditioned_prompts"
@@ -76,6 +86,8 @@ class ConditionedPrompts:
         keep_plain: bool,
         reference_kl: bool,
         render_chat: RenderChat | None = None,
+        framing: str = "outside",
+        pairing: str = "partition",
     ) -> None:
         self.ratio_mode = ratio_mode
         # The one definition of a conditioned row, shared with the verl trainer.
@@ -88,11 +100,13 @@ class ConditionedPrompts:
             placement=placement,
             threshold=threshold,
             strip_token_ids=frozenset(strip_token_ids),
+            framing=framing,
+            pairing=pairing,
         )
         self.threshold = threshold
         self.keep_plain, self.reference_kl = keep_plain, reference_kl
         self.render_chat = render_chat
-        self._warned_empty = False
+        self._warned_empty = self._warned_cut = False
         if ratio_mode == "paper":
             self.reads = (*self.reads, "shared.old_logps")
 
@@ -114,6 +128,7 @@ class ConditionedPrompts:
             **self._chat_inputs(batch, ctx),
         )
         self._warn_if_nothing_fits(batch, ctx, built.conditioned, budget)
+        self._log_attempts(built, ctx, budget)
         device = out["prompt_ids"].device
         rows = ctx.rows(out["completion_ids"].size(0))
         ids, attn = built.input_ids[rows], built.attention_mask[rows]
@@ -146,6 +161,31 @@ class ConditionedPrompts:
             render=self.render_chat,
         )
 
+    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:  # noqa: ANN001
+        """Whole and cut attempts per conditioned row, and the share of the attempts' tokens
+        kept; warns once when that share is below :data:`CUT_WARNING_SHARE`."""
+        rows = built.conditioned
+        if not rows.any():
+            return
+        whole, cut = built.whole_attempts[rows].float(), built.cut_attempts[rows].float()
+        total = built.attempt_tokens[rows].sum().clamp(min=1)
+        kept = built.kept_attempt_tokens[rows].sum() / total
+        ctx.log("bicc/whole_attempts", whole.mean())
+        ctx.log("bicc/cut_attempts", cut.mean())
+        ctx.log("bicc/attempt_tokens_kept", kept)
+        if not self._warned_cut and float(kept) < CUT_WARNING_SHARE:
+            logger.warning(
+                "BiCC: the context keeps %.0f%% of the opposite attempts' tokens (%.1f whole, "
+                "%.1f cut or left out per conditioned row; budget %d tokens, framing %s it): "
+                "the model reads fragments; raise bicc_context_ratio or bicc_max_seq_len",
+                100 * float(kept),
+                float(whole.mean()),
+                float(cut.mean()),
+                budget,
+                self.rows.framing,
+            )
+            self._warned_cut = True
+
     def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):  # noqa: ANN001
         """Mixed groups but no conditioned row: the budget cannot hold even the framing."""
         if self._warned_empty or conditioned.any():
@@ -175,9 +215,13 @@ class ConditionedPrompts:
         if self.ratio_mode == "paper":
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)
             out["old_per_token_logps"] = batch.shared["old_logps"]
+        elif self.ratio_mode == "conditioned_old":
+            # rho = pi_theta(o | q) / pi_old(o | [q; O_opp]): the policy reads the plain
+            # prompt (the loss's forward), the conditioned log-probs are pi_old only.
+            out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
         elif out.get("old_per_token_logps") is not None:
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
             # old unset and the loss uses the detached current log-probs: the same thing.
             out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
-        if self.ratio_mode == "consistent" and self.reference_kl:
+        if self.reference_kl:  # bicc_kl_reference='conditioned' with beta > 0
             out["ref_per_token_logps"] = ctx.reference_logps(*conditioned, share_prefix=True)

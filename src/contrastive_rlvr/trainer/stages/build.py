@@ -133,7 +133,8 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
             )
         stages.append(passes["train"])
     # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
-    if (recipe.objective == "policy" and not keeps_trl_advantages(cfg)) or rcc_reference:
+    # ConSPO always: the stage counts its usable groups (the loss's normaliser).
+    if recipe.objective == "contrastive" or not keeps_trl_advantages(cfg) or rcc_reference:
         stages.append(
             Advantages(
                 recipe,
@@ -141,6 +142,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
                 rcc_coef=cfg.rcc_coef,
                 rcc_bound=cfg.rcc_bound,
                 eps=cfg.adv_eps,
+                threshold=cfg.reward_threshold,
             )
         )
     if cfg.verigate:
@@ -218,8 +220,14 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: A
         placement=cfg.bicc_placement,
         threshold=cfg.reward_threshold,
         strip_token_ids=strip,
-        keep_plain=cfg.bicc_mix < 1.0,
-        reference_kl=cfg.bicc_ratio_mode == "consistent" and cfg.beta > 0,
+        # The plain pi_old: the mix's plain share, and RCC's sampling delta (the plain shift).
+        keep_plain=cfg.bicc_mix < 1.0 or (cfg.rcc and cfg.rcc_reference == "sampling"),
+        # conditioned_old: the policy reads the plain prompt, so does its KL term.
+        reference_kl=cfg.bicc_kl_reference == "conditioned"
+        and cfg.beta > 0
+        and cfg.bicc_ratio_mode != "conditioned_old",
+        framing=cfg.bicc_framing_budget,
+        pairing=cfg.bicc_pairing,
         render_chat=facts.render_chat
         or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
     )

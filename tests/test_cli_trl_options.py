@@ -1,0 +1,34 @@
+"""Option spelling: no prefixes, --debug after the subcommand (TRL's --debug VALUE kept),
+--output_dir on every command."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from contrastive_rlvr.cli import _STATE, _take_debug, app
+
+
+def test_option_prefixes_are_refused():
+    result = CliRunner().invoke(app, ["train", "--max_step", "7"])
+    assert result.exit_code == 2
+    assert "--max_step" in result.output and "not used" in result.output
+
+
+def test_debug_after_the_subcommand_gives_the_traceback(monkeypatch):
+    monkeypatch.setitem(_STATE, "debug", False)
+    result = CliRunner().invoke(app, ["train", "--max_step", "7", "--debug"])
+    assert result.exit_code == 2 and "Traceback" in result.output
+    monkeypatch.setitem(_STATE, "debug", False)
+    # transformers' own --debug takes a value and stays an override for TRL
+    assert _take_debug(["--debug", "underflow_overflow", "--seed", "1"]) == [
+        "--debug", "underflow_overflow", "--seed", "1"
+    ]  # fmt: skip
+    assert _STATE["debug"] is False
+    assert _take_debug(["--seed", "1", "--debug"]) == ["--seed", "1"] and _STATE["debug"]
+
+
+def test_output_dir_is_spelled_the_same_on_every_command():
+    runner = CliRunner()
+    for command in ("train", "eval", "compare", "plot"):
+        text = runner.invoke(app, [command, "--help"]).output
+        assert "--output_dir" in text, command
