@@ -255,6 +255,19 @@ def plot(
         typer.echo(str(path))
 
 
+@app.command(short_help="One self-contained HTML page of a run, compare or eval folder.")
+def report(
+    folder: Path = typer.Argument(
+        ..., help="A run folder, a compare output folder or an eval folder."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="HTML file (default: FOLDER/report.html)."),
+) -> None:
+    """Table with intervals, curves (embedded PNGs) and diagnostics, in one HTML file."""
+    from .html_report import write_report
+
+    typer.echo(str(_run(write_report, folder, out)))
+
+
 @app.command(
     "eval", short_help="Evaluate a model on math benchmarks: avg@n, pass@k and unparsable rate."
 )
