@@ -32,3 +32,15 @@ def test_output_dir_is_spelled_the_same_on_every_command():
     for command in ("train", "eval", "compare", "plot"):
         text = runner.invoke(app, [command, "--help"]).output
         assert "--output_dir" in text, command
+
+
+def test_help_shows_the_values_the_run_would_use():
+    from contrastive_rlvr.trainer.parse import config_help, parse_config
+
+    # a bare train runs the embedded default: lr 1e-4 and BiCC on (the code: 1e-6, off)
+    text = " ".join(config_help(parse_config(None, [])).split())
+    assert "The initial learning rate for AdamW. [this run: 0.0001] (default: 1e-06)" in text
+    assert "Bilateral Context Conditioning on/off. [this run: True]" in text
+    # --model X starts from paper.yaml: lr 1e-6 as the code, so nothing added there
+    text = " ".join(config_help(parse_config(None, ["--model", "x/y"])).split())
+    assert "The initial learning rate for AdamW. (default: 1e-06)" in text

@@ -23,7 +23,9 @@ def model_dir(tmp_path_factory):
     [
         {"beta": 0.04},
         {"beta": 0.04, "rcc": True, "rcc_reference": "reference"},
-        {"beta": 0.04, "bicc": True, "bicc_ratio_mode": "paper"},
+        # The conditioned KL reference (bicc_kl_reference's default) is a second forward on
+        # a different input, the conditioned prompt; the plain one repeats nothing.
+        {"beta": 0.04, "bicc": True, "bicc_ratio_mode": "paper", "bicc_kl_reference": "plain"},
         {"beta": 0.04, "log_delta": True},
     ],
     ids=["kl", "kl+rcc", "kl+bicc-paper", "kl+delta-log"],

@@ -504,14 +504,10 @@ def test_disk_full_during_a_save_is_said(tmp_path):
 
 
 def _eval_config(model: Path, out: Path, limit: int) -> EvalConfig:
-    from contrastive_rlvr.evaluation import benchmarks_dir
-
-    data_dir = benchmarks_dir()
-    if data_dir is None:
-        pytest.skip("../shared/benchmarks not found")
+    # GSM8K ships with the package: no benchmarks folder needed.
     return EvalConfig(model=str(model), benchmarks=["gsm8k"], n=1, limit=limit,
                       max_new_tokens=4, batch_size=2, output_dir=str(out),
-                      benchmarks_dir=str(data_dir), reward_workers=1, progress=False)  # fmt: skip
+                      reward_workers=1, progress=False)  # fmt: skip
 
 
 @pytest.fixture

@@ -160,7 +160,13 @@ def train(
     from .trainer.parse import config_help, parse_config
 
     if fields or show_help:
-        typer.echo(config_help())
+        # The defaults shown are the values this command line would run with (its --config
+        # or the base YAML of its --model); the code's own where it does not parse.
+        try:
+            resolved = parse_config(config, _take_debug(list(ctx.args)))
+        except (ValueError, SystemExit):
+            resolved = None
+        typer.echo(config_help(resolved))
         raise typer.Exit(0)
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
@@ -247,6 +253,19 @@ def plot(
     paths = _run(plot_runs, run_dirs, out or run_dirs[0] / "figures")
     for path in paths:
         typer.echo(str(path))
+
+
+@app.command(short_help="One self-contained HTML page of a run, compare or eval folder.")
+def report(
+    folder: Path = typer.Argument(
+        ..., help="A run folder, a compare output folder or an eval folder."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="HTML file (default: FOLDER/report.html)."),
+) -> None:
+    """Table with intervals, curves (embedded PNGs) and diagnostics, in one HTML file."""
+    from .html_report import write_report
+
+    typer.echo(str(_run(write_report, folder, out)))
 
 
 @app.command(

@@ -27,11 +27,12 @@ turn); ``"before_prompt"`` puts them ahead of it. ``"auto"`` is ``user_turn``
 for conversational prompts and ``after_prompt`` otherwise.
 
 Context budget (the paper's "context ratio", Table 3): we read it as a token
-budget ``floor(context_ratio * L)`` for everything added to the prompt (the
-template framing and the opposite completions), with ``L`` the run's own
-sequence length, longest prompt plus ``max_completion_length``
-(:func:`context_budget`), so the ratio is the share of the sequence given to
-the opposite attempts; the budget is shared among the
+budget ``floor(context_ratio * L)``, with ``L`` the run's own sequence length,
+longest prompt plus ``max_completion_length`` (:func:`context_budget`), so the
+ratio is the share of the sequence given to the opposite attempts. The
+trainer's default pays the framing text on top (``framing="outside"``,
+:func:`context_plan`); ``"inside"`` counts it in the budget. The budget is
+shared among the
 opposite completions by water-filling: completions shorter than an equal share
 keep all their tokens and leave the rest to the longer ones, which are cut
 by the ``truncation`` rule (``"middle"`` keeps the head and the tail, so both

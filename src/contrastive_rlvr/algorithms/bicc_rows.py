@@ -120,10 +120,10 @@ class BiCCRowBuilder:
         pad_token_id: int,
         budget: int | None = None,
         max_positions: int | None = None,
-        longest_prompt: int | None = None,
         messages: Sequence[Messages] | None = None,
         render: RenderChat | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        longest_prompt: int | None = None,
     ) -> tuple[BiCCPrompts, int]:
         """Every row's conditioned prompt, laid out group by group, and the budget used.
 
@@ -131,10 +131,11 @@ class BiCCRowBuilder:
             prompt_ids, completion_ids: B token-id lists without padding.
             rewards: (B,). group_size: G.
             budget: the context budget; None: :meth:`budget` of this batch.
-            max_positions: the model's window (caps the budget or the whole context).
-            longest_prompt: the batch's longest prompt when ``prompt_ids`` are only some of
-                its rows (verl builds size class by size class); None: the longest of
-                ``prompt_ids``. The budget and the window's room are taken on it.
+            max_positions: the model's window (the budget's cap, or with the framing
+                outside the whole context's, :meth:`room`).
+            longest_prompt: the prompt length the budget and room are taken at, when the
+                rows are part of a larger batch (verl builds one size class at a time);
+                None: the longest of ``prompt_ids``.
             messages: B chat prompts row-aligned with ``prompt_ids`` (None: text prompts).
             render: chat messages -> ids with the generation header, rendered as the
                 prompts were. decode: ids -> text, special tokens skipped.
@@ -142,7 +143,7 @@ class BiCCRowBuilder:
             ValueError naming ``bicc_placement`` when the user-turn placement cannot
             reproduce the prompt ids from the messages.
         """
-        longest = longest_prompt if longest_prompt is not None else max(map(len, prompt_ids))
+        longest = max(map(len, prompt_ids)) if longest_prompt is None else longest_prompt
         if budget is None:
             budget = self.budget(longest, max_positions)
         chat = self._chat_inputs(prompt_ids, messages, render, decode)

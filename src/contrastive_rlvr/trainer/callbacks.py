@@ -223,3 +223,39 @@ class RichProgress(TrainerCallback):
             self.progress.stop()
             self.progress = None
         return control
+
+
+def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
+    """The project's callbacks on ``trainer`` (every RLVRTrainer attaches them itself, so
+    the CLI's runs and hand-built ones log alike): the non-finite update guard
+    (``trainer.update_guard``) and skip, the running counters in the logs (so in every
+    report_to), ``metrics.jsonl``, the verifier counters, BiCC's first-update clip
+    fraction and the diagnostics."""
+    from ..rewards.logging_callback import VerifierCountersCallback
+    from .diagnostics import diagnostics_callback
+    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
+
+    config = trainer.args
+    guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
+    guard.reduce = lambda flag: trainer.accelerator.reduce(
+        flag.to(trainer.accelerator.device), reduction="sum"
+    )
+    trainer.update_guard = guard
+    trainer.add_callback(guard)
+    trainer.add_callback(SkipNonFiniteUpdates(trainer))
+
+    def totals() -> dict[str, float]:
+        return {
+            "loss/skipped_updates_total": trainer.skipped_updates,
+            "loss/nonfinite_total": trainer.nonfinite_losses,
+            "guard/rolled_back_total": guard.rolled_back,
+        }
+
+    trainer.add_callback(RunCounters(totals, lambda: trainer._metrics["train"]))
+    trainer.add_callback(VerifierCountersCallback(trainer))
+    if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
+        trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
+    trainer.add_callback(MetricsJsonl(config.output_dir))
+    diagnostics = diagnostics_callback(trainer, config.output_dir)
+    if diagnostics is not None:
+        trainer.add_callback(diagnostics)

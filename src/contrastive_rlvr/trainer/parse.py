@@ -178,9 +178,25 @@ def _argparse_metadata(metadata: typing.Mapping) -> dict:
     return out
 
 
-def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> type:
+def _help_section(
+    title: str, fields: list[dataclasses.Field], hints: dict, values: dict | None = None
+) -> type:
     """A dataclass of some of RLVRConfig's fields, which ``HfArgumentParser`` lists under
-    ``title`` (its ``_argument_group_name``)."""
+    ``title`` (its ``_argument_group_name``); ``values``: the run's values, shown as
+    "[this run: ...]" after the help of each that differs from the code's default."""
+
+    def metadata(f: dataclasses.Field) -> dict:
+        meta = _argparse_metadata(f.metadata)
+        if values is None or f.name not in values:
+            return meta
+        code = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = values[f.name]
+        if value != code:  # argparse prints the code's default; say what this run uses
+            shown = getattr(value, "value", value)
+            note = f" [this run: {shown}]".replace("%", "%%")
+            meta["help"] = f"{meta.get('help', '')}{note}"
+        return meta
+
     spec = [
         (
             f.name,
@@ -189,7 +205,7 @@ def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> t
                 default=f.default,
                 default_factory=f.default_factory,
                 init=f.init,
-                metadata=_argparse_metadata(f.metadata),
+                metadata=metadata(f),
             ),
         )
         for f in fields
@@ -199,18 +215,23 @@ def _help_section(title: str, fields: list[dataclasses.Field], hints: dict) -> t
     return section
 
 
-def config_help() -> str:
+def config_help(resolved: RLVRConfig | None = None) -> str:
     """``train --help``: the command's own options, then every RLVRConfig field with its
-    help text, this project's groups first (in :data:`GROUPS` order), TRL's after."""
+    help text, this project's groups first (in :data:`GROUPS` order), TRL's after. With
+    ``resolved`` (the config the same command line would run), each field whose value
+    there differs from the code's default says "[this run: VALUE]"."""
+    values = None
+    if resolved is not None:
+        values = {f.name: getattr(resolved, f.name) for f in dataclasses.fields(RLVRConfig)}
     hints = typing.get_type_hints(RLVRConfig)
     every = {f.name: f for f in dataclasses.fields(RLVRConfig)}
     sections, ours = [], set()
     for group in GROUPS:
         names = [f.name for f in dataclasses.fields(group)]
         ours.update(names)
-        sections.append(_help_section(group.help_group, [every[n] for n in names], hints))
+        sections.append(_help_section(group.help_group, [every[n] for n in names], hints, values))
     rest = [f for name, f in every.items() if name not in ours]
-    sections.append(_help_section(TRL_GROUP, rest, hints))
+    sections.append(_help_section(TRL_GROUP, rest, hints, values))
     parser = HfArgumentParser(sections, usage=USAGE, description=DESCRIPTION, add_help=False)
     command = parser.add_argument_group("Command")
     quiet = argparse.SUPPRESS  # no "(default: ...)" after the command's own options

@@ -29,7 +29,6 @@ the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,11 +37,12 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .batching import group_permutation, reorder_rows, split_rows
+from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
 from .epoch_sampler import EpochAlignedResume
-from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, check_rewards, guard_rewards
+from .guards import check_rewards, guard_rewards
 from .loss import LossContext, build_loss
-from .model_card import complete_model_card, methods_on
+from .model_card import ProjectModelCard
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .sharing import PromptSharing
@@ -50,7 +50,7 @@ from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, nee
 from .trl_settings import effective_recipe
 
 
-class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
+class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
     """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
 
     Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
@@ -70,15 +70,13 @@ class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
-        funcs = [] if reward_funcs is None else reward_funcs  # environments own the reward
-        funcs = guard_rewards(with_overlong_penalty(funcs, args), args.nonfinite_rewards)
-        super().__init__(model, funcs, args, *rest, **kwargs)
+        fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
+        super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
         config: RLVRConfig = self.args
         self.recipe = effective_recipe(config)
         self.loss = build_loss(config, self.recipe, self.model)
         self.loss_name = self.loss.name
-        self.nonfinite_losses = 0
-        self.skipped_updates = 0
+        self.nonfinite_losses = self.skipped_updates = 0
         self._nonfinite_pending = False
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
@@ -105,56 +103,7 @@ class RLVRTrainer(EpochAlignedResume, GRPOTrainer):
         self.pipelines = build_stages(config, facts)
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
-        self._attach_project_callbacks(config)
-
-    def _attach_project_callbacks(self, config: RLVRConfig) -> None:
-        """The project's callbacks, on every RLVRTrainer (the CLI's runs and hand-built
-        ones alike): the non-finite update guard and skip, the running counters in the
-        logs (so in every report_to), ``metrics.jsonl``, the verifier counters, BiCC's
-        first-update clip fraction and the diagnostics."""
-        from ..rewards.logging_callback import VerifierCountersCallback
-        from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RunCounters
-        from .diagnostics import diagnostics_callback
-
-        self.update_guard = NonFiniteUpdateGuard(
-            max_snapshot_bytes=config.rollback_snapshot_max_bytes
-        )
-        self.update_guard.reduce = lambda flag: self.accelerator.reduce(
-            flag.to(self.accelerator.device), reduction="sum"
-        )
-        self.add_callback(self.update_guard)
-        self.add_callback(SkipNonFiniteUpdates(self))
-        totals = lambda: {  # noqa: E731
-            "loss/skipped_updates_total": self.skipped_updates,
-            "loss/nonfinite_total": self.nonfinite_losses,
-            "guard/rolled_back_total": self.update_guard.rolled_back,
-        }
-        self.add_callback(RunCounters(totals, lambda: self._metrics["train"]))
-        self.add_callback(VerifierCountersCallback(self))
-        if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
-            self.add_callback(FirstUpdateClipFraction(lambda: self._metrics["train"]))
-        self.add_callback(MetricsJsonl(config.output_dir))
-        diagnostics = diagnostics_callback(self, config.output_dir)
-        if diagnostics is not None:
-            self.add_callback(diagnostics)
-
-    def create_model_card(
-        self,
-        model_name: str | None = None,
-        dataset_name: str | None = None,
-        tags: str | list[str] | None = None,
-    ) -> None:
-        """TRL's card, naming the base model (TRL writes ``None`` for a local folder), the
-        recipe and the methods on; ``push_to_hub`` writes it through here too."""
-        config: RLVRConfig = self.args
-        extra = ["contrastive-rlvr", config.recipe, *methods_on(config)]
-        tags = [tags] if isinstance(tags, str) else list(tags or [])
-        super().create_model_card(model_name, dataset_name or config.dataset, tags + extra)
-        if not self.is_world_process_zero():
-            return
-        base = config.model_name_or_path or (config.model if config.model != "embedded" else None)
-        base = base or get_config_model_id(self.accelerator.unwrap_model(self.model).config)
-        complete_model_card(Path(self.args.output_dir) / "README.md", config, str(base))
+        attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
 
     # ------------------------------------------------------------------ shared plumbing
 

@@ -145,9 +145,8 @@ def bicc_rows(
 
     Sorts the rows into groups by ``index`` and builds them with
     :meth:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder.build`, the TRL
-    stage's own code (budget, placement, chat rendering, truncation, framing,
-    pairing), with one budget and one window room for the whole batch (its longest
-    prompt, as on TRL); the prompts go
+    stage's own code (budget, placement, chat rendering, truncation), with one
+    budget for the whole batch (its longest prompt, as on TRL); the prompts go
     back in batch order without their left padding. Rows of a group of one
     (verl's padding rows) keep their prompt and do not count for the budget.
 
@@ -171,7 +170,7 @@ def bicc_rows(
             rewards[order],
             group_size,
             budget=budget,
-            max_positions=max_positions,
+            max_positions=max_positions,  # with the framing outside, the whole context's cap
             longest_prompt=longest,
             pad_token_id=pad_token_id,
             messages=None if messages is None else [messages[r] for r in rows],
