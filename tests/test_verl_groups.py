@@ -126,16 +126,19 @@ def _builder(**overrides) -> BiCCRowBuilder:
 def test_bicc_rows_budget_is_the_batchs_longest_prompt_without_padding_rows():
     # Groups a (prompt 4 tokens) and b (2 tokens), and a lone padding row of 9 tokens
     # (verl's upsampling): L = longest real prompt 4 + max_completion_length 10 = 14,
-    # budget floor(0.5 * 14) = 7: header, "Attempt 1: ", 3 content tokens, "\n", footer.
+    # budget floor(0.5 * 14) = 7 attempt tokens (framing 'outside', the builder's default:
+    # header, "Attempt 1: ", "\n" and footer on top). The padding row would make it
+    # floor(0.5 * 19) = 9, which keeps row 0's 9 tokens whole.
     prompts = [torch.tensor([1, 2, 3, 4])] * 2 + [torch.tensor([5, 6])] * 2 + [torch.arange(9)]
-    responses = [torch.tensor(r) for r in ([10, 11, 12, 13], [14], [15], [16], [17])]
+    responses = [torch.tensor(r) for r in (list(range(10, 19)), [14], [15], [16], [17])]
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
     rows = bicc_rows(prompts, responses, rewards, list("aabbp"), _builder(), pad_token_id=0)
     assert rows.budget == 7
-    # Row 1 (wrong) sees row 0 cut to 3 tokens by the middle rule: head 2, tail 1.
-    assert rows.prompts[1].tolist() == [1, 2, 3, 4, 901, 911, 10, 11, 13, 920, 930]
+    # Row 1 (wrong) sees row 0 cut to 7 tokens by the middle rule: head 4, tail 3.
+    assert rows.prompts[1].tolist() == [1, 2, 3, 4, 901, 911, 10, 11, 12, 13, 16, 17, 18, 920, 930]
     assert rows.prompts[4].tolist() == list(range(9))
-    assert rows.context_tokens.tolist() == [5, 7, 5, 5, 0]
+    # 4 framing tokens + 1 attempt token, + 7 for row 1; the padding row adds nothing
+    assert rows.context_tokens.tolist() == [5, 11, 5, 5, 0]
 
 
 def test_whole_group_order_keeps_groups_contiguous_per_rank():

@@ -130,11 +130,19 @@ def test_conditioned_prompt_ids_are_the_trl_stages(monkeypatch):
         seen["prompts"] = [p.tolist() for p in in_fixture_order(store, "prompts")]
         return batch
 
+    def reference(batch, metrics):
+        seen["ref_prompts"] = [p.tolist() for p in in_fixture_order(store, "prompts")]
+        return batch
+
     monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", update)
+    trainer._compute_ref_log_prob = reference
     trainer._update_actor(batch, {})
     expected = EXPECTED["grpo_rcc_bicc"]["conditioned_prompt_ids"]
     for i, (got, want) in enumerate(zip(seen["prompts"], expected, strict=True)):
         assert got == want, f"row {i}: verl {trainer.tokenizer.decode(got)!r}"
+    # the fixture's run has beta 0.01 and bicc_kl_reference 'conditioned' (TRL's default):
+    # the KL reference is taken on the same conditioned rows, in the paper mode too
+    assert seen["ref_prompts"] == expected
 
 
 def test_rcc_advantages_are_the_trl_stages(monkeypatch):

@@ -109,6 +109,7 @@ class FakeTokenizer:
         BiCCTemplate.header_wrong: [902],
         "Attempt 1: ": [911],
         "Attempt 2: ": [912],
+        "Attempt 3: ": [913],
         "\n": [920],
         "Your attempt:\n": [930],
     }
@@ -231,9 +232,10 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     ]
     # consistent mode recomputes the old log-probs on the conditioned rows; paper mode does not
     assert seen.get("old_logp_prompt") == (a0 if ratio == "consistent" else None)
-    # with the KL loss on (kl_loss_coef 0.01), the consistent mode's reference is taken on the
-    # conditioned prompt too, as TRL's with beta > 0; the paper mode keeps the plain one
-    assert seen.get("ref_logp_prompt") == (a0 if ratio == "consistent" else None)
+    # with the KL loss on (kl_loss_coef 0.01) and bicc_kl_reference 'conditioned' (the
+    # default), the reference is taken on the conditioned prompt in both modes, as TRL's
+    # with beta > 0
+    assert seen.get("ref_logp_prompt") == a0
     # after the update: the plain rows and tags again
     assert store.rows["a_0_0"]["prompts"].tolist() == [1, 2]
     assert store.rows["a_0_0"]["input_ids"].tolist() == [1, 2, 10, 11, EOS]
@@ -270,8 +272,8 @@ def test_compute_advantage_feeds_rcc_the_reference_log_probs(recipes, monkeypatc
     metrics = {}
     trainer._compute_advantage(batch, metrics)
     # Cov = ((0.5)(0.2) + (-0.5)(-0.2)) / 2 = 0.1, b* = 0.5 + 2 * 0.1 = 0.7,
-    # A = (R - 0.7) / (std 0.70711 + 1e-6); group h has equal rewards: 0.
-    s = math.sqrt(0.5) + 1e-6
+    # A = (R - 0.7) / (std 0.70711 + 1e-4, TRL's eps); group h has equal rewards: 0.
+    s = math.sqrt(0.5) + 1e-4
     assert store.rows["g_0_0"]["advantages"].tolist() == pytest.approx([0.3 / s] * 2, abs=1e-5)
     assert store.rows["g_1_0"]["advantages"].tolist() == pytest.approx([-0.7 / s] * 2, abs=1e-5)
     assert store.rows["h_0_0"]["advantages"].tolist() == [0.0, 0.0, 0.0]
@@ -555,7 +557,7 @@ def test_padding_rows_keep_their_prompt_and_do_not_set_the_budget(recipes, monke
         **{"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 20},
     )
     rows, batch = bicc_batch()
-    rows["a_1_0"] = row([1, 2], [12] * 11 + [EOS], 0.0)
+    rows["a_1_0"] = row([1, 2], [12] * 15 + [EOS], 0.0)
     # verl's upsampling: two synthetic rows under one uid, with a long prompt
     for k in range(2):
         rows[f"padx_{k}_0"] = row(list(range(30, 60)), [EOS], 0.0)
@@ -566,10 +568,127 @@ def test_padding_rows_keep_their_prompt_and_do_not_set_the_budget(recipes, monke
     )
     got = trainer._bicc_rows(batch)
     # L = longest real prompt 2 + max_response_length 20 = 22, budget floor(0.5 * 22) = 11
-    # (the 30-token padding prompts would make it 25): a_0_0 reads a_1_0's 11 tokens cut
-    # to 11 - 4 framing = 7 by the middle rule (head 4, tail 3).
+    # (the 30-token padding prompts would make it 25, and a_1_0's 15 tokens would fit
+    # whole): bicc_framing_budget 'outside' (the default) spends the 11 on the attempt, so
+    # a_0_0 reads a_1_0's 15 tokens cut to 11, the 4 framing tokens on top.
     assert got.budget == 11
     by_key = dict(zip(batch.keys, got.prompts, strict=True))
-    assert by_key["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 7, 920, 930]
+    assert by_key["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 11, 920, 930]
     assert by_key["padx_0_0"].tolist() == list(range(30, 60))
     assert by_key["padx_1_0"].tolist() == list(range(30, 60))
+
+
+def test_framing_inside_pays_the_framing_from_the_budget(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 20},
+    )
+    rows, batch = bicc_batch()
+    rows["a_1_0"] = row([1, 2], [12] * 15 + [EOS], 0.0)
+    kwargs = dict(bicc=True, bicc_context_ratio=0.5, bicc_placement="after_prompt")
+    trainer, _ = make_trainer(cfg, monkeypatch, rows, bicc_framing_budget="inside", **kwargs)
+    # budget floor(0.5 * (2 + 20)) = 11 for header, prefix, suffix, footer (4) and the attempt:
+    # a_1_0's 15 tokens cut to 11 - 4 = 7 (the TRL path's earlier rule)
+    got = dict(zip(batch.keys, trainer._bicc_rows(batch).prompts, strict=True))
+    assert got["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 7, 920, 930]
+    # the default ('outside') keeps 11 tokens of the attempt and adds the framing on top
+    trainer, _ = make_trainer(cfg, monkeypatch, rows, **kwargs)
+    got = dict(zip(batch.keys, trainer._bicc_rows(batch).prompts, strict=True))
+    assert got["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 11, 920, 930]
+
+
+def test_window_caps_the_whole_context_with_the_framing_outside(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 20},
+    )
+    rows, batch = bicc_batch()
+    rows["a_1_0"] = row([1, 2], [12] * 15 + [EOS], 0.0)
+    trainer, _ = make_trainer(
+        cfg, monkeypatch, rows, bicc=True, bicc_context_ratio=0.5, bicc_placement="after_prompt"
+    )
+    # window 32: room 32 - 2 - 20 = 10 for everything added, the 4 framing tokens included:
+    # 6 tokens of the attempt (the budget of 11 alone would allow 11)
+    trainer.max_positions = 32
+    got = dict(zip(batch.keys, trainer._bicc_rows(batch).prompts, strict=True))
+    assert got["a_0_0"].tolist() == [1, 2, 902, 911, *[12] * 6, 920, 930]
+
+
+@pytest.mark.parametrize("pairing", ["partition", "one_opposite"])
+def test_pairing_chooses_the_opposite_attempts_a_row_reads(recipes, monkeypatch, pairing):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 3, "data.max_response_length": 20},
+    )
+    rows = {
+        "a_0_0": row([1, 2], [10, EOS], 1.0),
+        "a_1_0": row([1, 2], [12, EOS], 0.0),
+        "a_2_0": row([1, 2], [13, EOS], 0.0),
+    }
+    batch = KVBatchMeta(keys=list(rows), tags=[{} for _ in rows], partition_id="train")
+    trainer, _ = make_trainer(
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+        bicc_pairing=pairing,
+    )
+    got = [p.tolist() for p in trainer._bicc_rows(batch).prompts]
+    # the correct a_0 reads both wrong attempts, or (one_opposite) the first of them only;
+    # each wrong row reads the one correct attempt either way
+    if pairing == "partition":
+        assert got[0] == [1, 2, 902, 911, 12, 920, 912, 13, 920, 930]
+    else:
+        assert got[0] == [1, 2, 902, 911, 12, 920, 930]
+    assert got[1] == got[2] == [1, 2, 901, 911, 10, 920, 930]
+
+
+def test_plain_kl_reference_keeps_the_plain_reference(recipes, monkeypatch):
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{"actor_rollout_ref.rollout.n": 2, "data.max_prompt_length": 20},
+    )
+    rows, batch = bicc_batch()
+    trainer, _ = make_trainer(
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+        bicc_kl_reference="plain",
+    )
+    called = []
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", lambda self, b, m: b)
+    trainer._compute_ref_log_prob = lambda b, metrics: called.append("ref")
+    trainer._compute_old_log_prob = lambda b, metrics: called.append("old")
+    trainer._update_actor(batch, {})
+    assert called == []  # paper mode, plain reference: neither pass is recomputed
+    assert not trainer_module.conditioned_reference(cfg, trainer.crlvr)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("bicc_ratio", "conditioned_old", "not supported on verl"),
+        ("bicc_framing_budget", "both", "bicc_framing_budget must be one of"),
+        ("bicc_pairing", "all", "bicc_pairing must be one of"),
+        ("bicc_kl_reference", "none", "bicc_kl_reference must be one of"),
+    ],
+)
+def test_bicc_fields_refused_at_start(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        CrlvrPolicyLossConfig(**{field: value})
+
+
+def test_defaults_are_the_trl_paths():
+    # TRL's GRPOTrainer adds 1e-4 to the std; the BiCC defaults are RLVRConfig's
+    opts = CrlvrPolicyLossConfig()
+    assert opts.adv_eps == 1e-4
+    assert (opts.bicc_framing_budget, opts.bicc_pairing, opts.bicc_kl_reference) == (
+        "outside",
+        "partition",
+        "conditioned",
+    )

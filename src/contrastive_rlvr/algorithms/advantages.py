@@ -23,6 +23,10 @@ from .ops import (
 )
 
 DEFAULT_EPS = 1e-6
+#: The advantages' eps of a training run on either engine: TRL's ``GRPOTrainer`` adds 1e-4
+#: to the group std, so ``adv_eps`` (TRL path) and ``policy_loss.adv_eps`` (verl) default
+#: to it and both engines' advantages are TRL's (docs/trl-parity.md).
+TRL_ADV_EPS = 1e-4
 
 RccBound = Literal["none", "reward_range"]
 RCC_BOUNDS: tuple[str, ...] = ("none", "reward_range")

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from verl.workers.config import PolicyLossConfig
 
 from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, RCC_BOUNDS, BiCCTemplate
-from ...algorithms.advantages import DEFAULT_RCC_BOUND
+from ...algorithms.advantages import DEFAULT_RCC_BOUND, TRL_ADV_EPS
+from ...algorithms.bicc import BICC_PAIRINGS, FRAMING_BUDGETS
 
 _TEMPLATE = BiCCTemplate()
 
 DELTA_REDUCTIONS = ("mean", "sum")
 TRUNCATIONS = ("head", "tail", "middle")
+KL_REFERENCES = ("conditioned", "plain")
 
 
 @dataclass
@@ -41,7 +43,8 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
         rcc_delta: ``"mean"`` (per-token mean) or ``"sum"`` of ``logp - ref_logp`` for RCC.
         rcc_bound: ``"reward_range"`` (b* clamped to the group's [min R, max R], the TRL
             path's default) or ``"none"`` (the paper's formula), as TRL's ``rcc_bound``.
-        adv_eps: added to the group std before dividing (GRPO; verl's default 1e-6).
+        adv_eps: added to the group std before dividing: TRL's 1e-4 (``TRL_ADV_EPS``), the
+            TRL path's ``adv_eps`` default, so both engines' advantages are equal.
         bicc: condition the policy log-probs of the update on the opposite partition.
         bicc_context_ratio: share of ``L`` given to the added context (paper Table 3:
             0.2/0.4/0.6; 0.4 best), ``L`` = ``bicc_max_seq_len`` when set, else the batch's
@@ -56,7 +59,19 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
         bicc_header_correct, bicc_header_wrong, bicc_item_prefix, bicc_item_suffix,
             bicc_footer: the framing text, as TRL's fields of the same names.
         bicc_ratio: ``"paper"`` (old log-probs of the plain prompt) or ``"consistent"``
-            (old log-probs recomputed on the conditioned prompt).
+            (old log-probs recomputed on the conditioned prompt). TRL's third mode,
+            ``"conditioned_old"`` (policy on the plain prompt, old log-probs on the
+            conditioned one), is refused: verl's actor update would need the plain rows
+            with old log-probs taken on the conditioned ones, which this trainer does not
+            build.
+        bicc_framing_budget: as TRL's: ``"outside"`` (the budget pays for the attempts'
+            tokens, the framing text on top; the model's positions cap the whole context)
+            or ``"inside"`` (framing and attempts together).
+        bicc_pairing: as TRL's: ``"partition"`` (every opposite completion of the group)
+            or ``"one_opposite"`` (one each, round robin).
+        bicc_kl_reference: as TRL's, with the KL loss on (``use_kl_loss`` and
+            ``kl_loss_coef > 0``): ``"conditioned"`` recomputes the reference log-probs on
+            the conditioned prompt in every ratio mode; ``"plain"`` keeps the plain one.
         bicc_truncation: how an opposite completion longer than its share is cut.
     """
 
@@ -67,7 +82,7 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
     rcc_coef: float = 2.0
     rcc_delta: str = "mean"
     rcc_bound: str = DEFAULT_RCC_BOUND
-    adv_eps: float = 1e-6
+    adv_eps: float = TRL_ADV_EPS
     bicc: bool = False
     bicc_context_ratio: float = 0.4
     bicc_ratio: str = "paper"
@@ -75,6 +90,9 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
     bicc_max_seq_len: int | None = None
     bicc_placement: str = "auto"
     bicc_mix: float = 1.0
+    bicc_framing_budget: str = "outside"
+    bicc_pairing: str = "partition"
+    bicc_kl_reference: str = "conditioned"
     bicc_header_correct: str = _TEMPLATE.header_correct
     bicc_header_wrong: str = _TEMPLATE.header_wrong
     bicc_item_prefix: str = _TEMPLATE.item_prefix
@@ -114,6 +132,22 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
             raise ValueError(
                 f"{where}.bicc_ratio must be one of {BICC_RATIO_MODES}, got {self.bicc_ratio!r}"
             )
+        if self.bicc_ratio == "conditioned_old":
+            raise ValueError(
+                f"{where}.bicc_ratio='conditioned_old' is not supported on verl: its ratio "
+                "takes the policy on the plain prompt and the old log-probs on the "
+                "conditioned one, and verl's actor update reads both from the same rows; use "
+                "'paper' or 'consistent' (or the TRL path's bicc_ratio_mode)"
+            )
+        for name, allowed in (
+            ("bicc_framing_budget", FRAMING_BUDGETS),
+            ("bicc_pairing", BICC_PAIRINGS),
+            ("bicc_kl_reference", KL_REFERENCES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{where}.{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
         if self.bicc_truncation not in TRUNCATIONS:
             raise ValueError(
                 f"{where}.bicc_truncation must be one of {TRUNCATIONS}, "

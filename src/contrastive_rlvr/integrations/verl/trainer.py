@@ -15,11 +15,12 @@ Registered in verl's trainer registry; select it with
 - ``_update_actor``: with ``policy_loss.bicc=True``, rewrites each row's
   prompt to its conditioned prompt, built by the TRL stage's
   :class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement,
-  chat rendering, budget, template, EOS list), and in the ``consistent`` ratio
-  mode recomputes the old log-probs (and, with a KL loss, the reference ones)
-  on it, for the duration of the update, then puts the plain rows back. The
-  old and reference log-probs of the ``paper`` mode, the RCC delta and the
-  logged metrics all see the plain prompt.
+  chat rendering, budget, framing budget, pairing, template, EOS list),
+  recomputes on it the old log-probs in the ``consistent`` ratio mode and,
+  with a KL loss and ``bicc_kl_reference='conditioned'``, the reference ones,
+  for the duration of the update, then puts the plain rows back. The old
+  log-probs of the ``paper`` mode, the RCC delta and the logged metrics all
+  see the plain prompt.
 - ``_balance_batch``: with BiCC, balances on the conditioned lengths the
   update sees; with ConSPO, balances whole groups over the data-parallel
   ranks (verl balances rows, which splits groups), after checking the settings
@@ -185,12 +186,13 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
 
 
 def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
-    """Whether the KL term's reference is recomputed on the conditioned prompt: the
-    consistent ratio mode with a KL loss, as the TRL path does with ``beta > 0``."""
+    """Whether the KL term's reference is recomputed on the conditioned prompt:
+    ``bicc_kl_reference='conditioned'`` with a KL loss, in every ratio mode, as the TRL
+    path does with ``beta > 0``."""
     actor = config.actor_rollout_ref.actor
     return (
         options.bicc
-        and options.bicc_ratio == "consistent"
+        and options.bicc_kl_reference == "conditioned"
         and bool(actor.get("use_kl_loss", False))
         and float(actor.get("kl_loss_coef", 0.0)) > 0
     )
@@ -378,6 +380,8 @@ class CrlvrTrainer(PPOTrainerSync):
             placement=opts.bicc_placement,
             threshold=opts.threshold,
             strip_token_ids=frozenset(strip),
+            framing=opts.bicc_framing_budget,
+            pairing=opts.bicc_pairing,
         )
 
     def _bicc_rows(self, batch: KVBatchMeta) -> BiCCRows:
@@ -424,10 +428,10 @@ class CrlvrTrainer(PPOTrainerSync):
                 # The recomputation's own entropy metric would describe the conditioned
                 # prompts; the step keeps the one of the plain rollout.
                 self._compute_old_log_prob(batch, metrics={})
-                if conditioned_reference(self.config, self.crlvr):
-                    # The KL term compares with the reference on the same prompt (TRL:
-                    # consistent mode with beta > 0).
-                    self._compute_ref_log_prob(batch, metrics={})
+            if conditioned_reference(self.config, self.crlvr):
+                # The KL term compares with the reference on the same prompt (TRL:
+                # bicc_kl_reference='conditioned' with beta > 0, every ratio mode).
+                self._compute_ref_log_prob(batch, metrics={})
             return super()._update_actor(batch, metrics)
         finally:
             self._restore(batch, plain)

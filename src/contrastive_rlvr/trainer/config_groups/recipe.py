@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...algorithms import AGG_MODES, RECIPES, get_recipe
+from ...algorithms.advantages import TRL_ADV_EPS
 from ..trl_settings import resolve_clip, resolve_kl, resolve_loss_type, resolve_scale_rewards
 from .common import check, finite
 
@@ -76,7 +77,7 @@ class RecipeOptions:
         },
     )
     adv_eps: float = field(
-        default=1e-4,
+        default=TRL_ADV_EPS,
         metadata={
             "help": "eps in (R - mean) / (std + eps). The default is TRL's (GRPOTrainer adds "
             "1e-4), so the project's advantages are TRL's on every recipe (docs/trl-parity.md)."
