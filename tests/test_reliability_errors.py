@@ -156,9 +156,11 @@ def test_eval_checks_inputs_before_loading(files, guarded, tmp_path):
             [*base, "--benchmarks-dir", str(tmp_path / "none"), "--output-dir", str(tmp_path)],
             "does not exist",
         ),
+        # GSM8K ships in the package: a benchmark that does not (AIME24) is the one missing.
         "benchmark file missing": (
-            [*base, "--benchmarks-dir", str(files["empty_dir"]), "--output-dir", str(tmp_path)],
-            "not found and HF_HUB_OFFLINE is set",
+            ["eval", "--model", str(files["model"]), "--benchmarks", "aime24", "--n", "1",
+             "--benchmarks-dir", str(files["empty_dir"]), "--output-dir", str(tmp_path)],
+            "is not shipped with the package",
         ),
         "output dir under a file": (
             [*base, "--output-dir", str(files["a_file"] / "out")],
