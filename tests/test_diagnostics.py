@@ -92,18 +92,20 @@ def model_dir(tmp_path_factory):
 
 
 def _train(model_dir, tmp_path, diagnostics: bool, **overrides):
+    # RLVRTrainer attaches the diagnostics callback itself when a switch is on.
+    every = 1 if diagnostics else 0
     config = make_config(
         tmp_path,
         max_steps=3,
-        diagnostics_every=1,
-        deltas_every=1,
+        diagnostics_every=every,
+        deltas_every=every,
         rcc=True,
         dataset="unused.jsonl",  # the trainer gets its prompts directly
         **overrides,
     )
     trainer = make_trainer(model_dir, config)
-    if diagnostics:
-        trainer.add_callback(TrainingDiagnostics(trainer, config.output_dir))
+    attached = [c for c in trainer.callback_handler.callbacks if isinstance(c, TrainingDiagnostics)]
+    assert len(attached) == (1 if diagnostics else 0)
     trainer.train()
     return trainer, config
 

@@ -153,9 +153,11 @@ def test_verigate_token_advantages(model_dir, tmp_path):
     index = torch.full(mask.shape, -1)
     for i, c in enumerate(completions):
         index[i, : len(c)] = torch.tensor(expected_step_index(tok, c))
+    eps = config.adv_eps  # TRL's 1e-4 by default, in the outcome and the process parts
     expected, metrics = verigate_advantages(
-        rewards, GROUP, scores, index, mask, outcome=group_advantages(rewards, GROUP)
-    )
+        rewards, GROUP, scores, index, mask, eps=eps,
+        outcome=group_advantages(rewards, GROUP, eps=eps),
+    )  # fmt: skip
     torch.testing.assert_close(out["advantages"], expected)
     gated = [g for g in range(4) if rewards[g * GROUP : (g + 1) * GROUP].unique().numel() == 1]
     assert 0 < len(gated) < 4, "the batch should hold gated and mixed groups"
@@ -168,7 +170,7 @@ def test_verigate_token_advantages(model_dir, tmp_path):
     members = range(g * GROUP, (g + 1) * GROUP)
     flat = torch.tensor([p for i in members for p in scores[i]])
     if flat.unique().numel() > 1:
-        mean, std = flat.mean(), flat.std() + 1e-6
+        mean, std = flat.mean(), flat.std() + eps
         norm = {i: [(p - mean) / std for p in scores[i]] for i in members}
         for i in members:
             for t, step in enumerate(index[i, : len(completions[i])].tolist()):
