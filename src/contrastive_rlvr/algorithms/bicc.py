@@ -85,6 +85,14 @@ class BiCCTemplate:
     item_suffix: str = "\n"
     footer: str = "Your attempt:\n"
 
+    @classmethod
+    def from_fields(cls, config: object) -> BiCCTemplate:
+        """The template of a config's ``bicc_header_correct``, ``bicc_header_wrong``,
+        ``bicc_item_prefix``, ``bicc_item_suffix`` and ``bicc_footer`` fields (the same
+        names on the TRL and the verl config)."""
+        names = ("header_correct", "header_wrong", "item_prefix", "item_suffix", "footer")
+        return cls(**{name: getattr(config, f"bicc_{name}") for name in names})
+
     def encode(self, encode: Callable[[str], list[int]], max_items: int) -> EncodedTemplate:
         """Token ids of every piece, with ``encode`` the tokenizer (no special tokens)."""
         return EncodedTemplate(

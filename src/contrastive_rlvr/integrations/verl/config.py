@@ -102,13 +102,7 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
     @property
     def bicc_template(self) -> BiCCTemplate:
         """The framing text as set by the ``bicc_*`` template fields."""
-        return BiCCTemplate(
-            header_correct=self.bicc_header_correct,
-            header_wrong=self.bicc_header_wrong,
-            item_prefix=self.bicc_item_prefix,
-            item_suffix=self.bicc_item_suffix,
-            footer=self.bicc_footer,
-        )
+        return BiCCTemplate.from_fields(self)
 
     def __post_init__(self) -> None:
         where = "actor_rollout_ref.actor.policy_loss"

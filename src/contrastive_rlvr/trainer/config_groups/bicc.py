@@ -220,10 +220,4 @@ class BiCCOptions:
     @property
     def bicc_template(self) -> BiCCTemplate:
         """The BiCC framing text as set by the ``bicc_*`` template fields."""
-        return BiCCTemplate(
-            header_correct=self.bicc_header_correct,
-            header_wrong=self.bicc_header_wrong,
-            item_prefix=self.bicc_item_prefix,
-            item_suffix=self.bicc_item_suffix,
-            footer=self.bicc_footer,
-        )
+        return BiCCTemplate.from_fields(self)
