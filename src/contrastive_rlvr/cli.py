@@ -14,9 +14,24 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
+from typer.core import TyperGroup
+
+
+class _Commands(TyperGroup):
+    """The command group: a bare ``--debug`` anywhere on the line (before or after any
+    subcommand) switches tracebacks on and is taken out before the subcommand parses."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201
+        _STATE["debug"] = _DEBUG_FROM_ENV
+        return super().parse_args(ctx, _take_debug(list(args)))
+
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False
+    cls=_Commands,
+    add_completion=False,
+    no_args_is_help=True,
+    help=__doc__,
+    pretty_exceptions_enable=False,
 )
 
 
@@ -28,7 +43,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     IsADirectoryError,
     PermissionError,
 )
-_STATE = {"debug": os.environ.get("CONTRASTIVE_RLVR_DEBUG", "") not in ("", "0")}
+_DEBUG_FROM_ENV = os.environ.get("CONTRASTIVE_RLVR_DEBUG", "") not in ("", "0")
+_STATE = {"debug": _DEBUG_FROM_ENV}
+#: What an error line ends with: the flag that prints the traceback, and where it goes.
+DEBUG_HINT = (
+    " (traceback: add --debug anywhere on the command line, or CONTRASTIVE_RLVR_DEBUG=1)"
+)
 
 
 @app.callback()
@@ -48,7 +68,8 @@ _TRL_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")
 
 def _take_debug(args: list[str]) -> list[str]:
     """``args`` without this CLI's bare ``--debug`` (which switches tracebacks on), so it
-    works after the subcommand too; ``--debug underflow_overflow`` stays for TRL."""
+    works after every subcommand too; ``--debug underflow_overflow`` (transformers' own
+    option, which takes a value) stays for TRL."""
     kept = []
     for i, arg in enumerate(args):
         nxt = args[i + 1] if i + 1 < len(args) else ""
@@ -66,7 +87,7 @@ def _fail(err: BaseException, code: int) -> NoReturn:
     if _STATE["debug"]:
         traceback.print_exception(err, file=sys.stderr)
     message = " ".join(str(err).split("\n")).strip() or type(err).__name__
-    hint = "" if isinstance(err, UserError) or _STATE["debug"] else " (--debug: traceback)"
+    hint = "" if isinstance(err, UserError) or _STATE["debug"] else DEBUG_HINT
     typer.echo(f"error: {message}{hint}", err=True)
     raise typer.Exit(code) from err
 
