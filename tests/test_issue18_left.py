@@ -50,3 +50,24 @@ def test_debug_after_recipes_is_accepted():
     result = CliRunner().invoke(app, ["recipes", "--debug"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("grpo ")
+
+
+# -- item: one default beta (TRL's) ------------------------------------------------------
+
+
+def test_rlvrconfig_default_beta_is_trls(tmp_path):
+    from trl import GRPOConfig
+
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.parse import parse_config
+
+    trl_beta = GRPOConfig(output_dir=str(tmp_path), report_to="none", bf16=False).beta
+    assert trl_beta == 0.0
+    for recipe in ("grpo", "dr_grpo", "dapo"):
+        cfg = RLVRConfig(output_dir=str(tmp_path), report_to="none", recipe=recipe)
+        assert cfg.beta == trl_beta, recipe
+    # the papers' KL weights on request: DeepSeekMath's 0.04, the BiCC paper's Dr.GRPO 0.01
+    yaml_file = tmp_path / "paper-kl.yaml"
+    yaml_file.write_text("model: x/y\nbeta: null\n")
+    assert parse_config(yaml_file, []).beta == 0.04
+    assert parse_config(yaml_file, ["--recipe", "dr_grpo"]).beta == 0.01

@@ -49,8 +49,10 @@ def test_invalid_values_name_the_field(kwargs, field):
 
 
 def test_recipe_defaults_resolve():
-    assert config(recipe="grpo").beta == 0.04
-    assert config(recipe="dr_grpo").beta == 0.01
+    # beta: TRL's 0.0 unless set; null takes the recipe's paper value
+    assert config(recipe="grpo").beta == 0.0
+    assert config(recipe="grpo", beta=None).beta == 0.04
+    assert config(recipe="dr_grpo", beta=None).beta == 0.01
     dapo = config(recipe="dapo", max_completion_length=20)
     assert dapo.beta == 0.0 and dapo.dynamic_sampling and dapo.overlong_punishment
     assert dapo.overlong_cache_len == 5  # a quarter of max_completion_length

@@ -128,9 +128,8 @@ def to_rlvr_config(cfg: Any) -> Any:
     """The ``RLVRConfig`` equivalent of a test's ``GRPOConfig`` (other values pass through).
 
     Fields: those the test passed, those it changed afterwards, and for fields whose
-    default ``RLVRConfig`` changes (``beta``: the recipe's 0.04 instead of TRL's 0.0)
-    TRL's value, so the subclass runs the configuration the test means. Then
-    :data:`PARITY_FIELDS`.
+    default ``RLVRConfig`` changes TRL's value (``beta`` no longer differs: 0.0 in both),
+    so the subclass runs the configuration the test means. Then :data:`PARITY_FIELDS`.
     """
     from trl import GRPOConfig
 

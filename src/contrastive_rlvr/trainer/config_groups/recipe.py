@@ -23,11 +23,14 @@ class RecipeOptions:
         default="grpo",
         metadata={"help": f"Algorithm recipe: one of {', '.join(RECIPES)}."},
     )
+    # TRL's default (GRPOConfig().beta, 0.0: no reference model), so RLVRConfig(), a TRL
+    # YAML and the shipped YAMLs agree; the papers' values are one `beta: null` away.
     beta: float | None = field(
-        default=None,
+        default=0.0,
         metadata={
-            "help": "KL weight to the frozen reference (k3 estimator). None: the recipe's "
-            "paper value (grpo 0.04, dr_grpo 0.01, others 0)."
+            "help": "KL weight to the frozen reference (k3 estimator); 0 (TRL's default) "
+            "builds no reference model. null (in a YAML): the recipe's paper value (grpo 0.04, "
+            "dr_grpo 0.01, others 0)."
         },
     )
     clip_low: float | None = field(
