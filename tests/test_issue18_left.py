@@ -71,3 +71,50 @@ def test_rlvrconfig_default_beta_is_trls(tmp_path):
     yaml_file.write_text("model: x/y\nbeta: null\n")
     assert parse_config(yaml_file, []).beta == 0.04
     assert parse_config(yaml_file, ["--recipe", "dr_grpo"]).beta == 0.01
+
+
+# -- item: train --fields, a compact list, not --help -----------------------------------
+
+
+def _field_line(text: str, name: str) -> str:
+    (line,) = [ln for ln in text.splitlines() if ln.split("  ")[0] == name]
+    return line
+
+
+def test_fields_lists_each_field_once_with_type_value_and_help():
+    import dataclasses
+
+    from contrastive_rlvr.trainer import RLVRConfig
+
+    runner = CliRunner()
+    fields = runner.invoke(app, ["train", "--fields"])  # stdout: warnings go apart
+    helps = runner.invoke(app, ["train", "--help"])
+    assert fields.exit_code == 0 and helps.exit_code == 0
+    assert fields.stdout != helps.stdout
+    assert "usage:" not in fields.stdout and "usage:" in helps.stdout
+    # one line per settable field (base_config is the parser's), a header per group
+    names = {f.name for f in dataclasses.fields(RLVRConfig) if f.init} - {"base_config"}
+    listed = [ln.split("  ")[0] for ln in fields.stdout.splitlines() if "  " in ln]
+    listed = [n for n in listed if not n.startswith("RLVRConfig fields")]
+    assert sorted(listed) == sorted(names)
+    assert len(fields.stdout.splitlines()) < len(helps.stdout.splitlines()) / 2
+    # name, type, this run's value, the first sentence of the help
+    ratio = _field_line(fields.stdout, "bicc_context_ratio")
+    assert ratio.startswith("bicc_context_ratio  float  0.4  Share of the sequence given to")
+    # a bare train runs embedded.yaml: lr 1e-4 (the code's default is 1e-6), BiCC on
+    assert _field_line(fields.stdout, "learning_rate").split("  ")[:3] == [
+        "learning_rate", "float", "0.0001"
+    ]  # fmt: skip
+    assert _field_line(fields.stdout, "bicc").split("  ")[2] == "true"
+    assert _field_line(fields.stdout, "answer_format").split("  ")[1] == "auto|gsm8k|plain"
+
+
+def test_fields_shows_the_values_of_the_given_command_line(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("model: x/y\nbf16: false\nbicc: true\nbicc_context_ratio: 0.25\n")
+    out = CliRunner().invoke(app, ["train", "--config", str(base), "--fields"]).output
+    assert _field_line(out, "bicc_context_ratio").split("  ")[2] == "0.25"
+    assert _field_line(out, "model").split("  ")[2] == "x/y"
+    over = ["train", "--config", str(base), "--bicc_context_ratio", "0.3", "--fields"]
+    out = CliRunner().invoke(app, over).output
+    assert _field_line(out, "bicc_context_ratio").split("  ")[2] == "0.3"

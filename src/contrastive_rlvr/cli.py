@@ -167,7 +167,10 @@ def train(
         None, "--config", help="YAML file of RLVRConfig fields (default: the embedded default)."
     ),
     fields: bool = typer.Option(
-        False, "--fields", help="List every RLVRConfig field with its meaning, and exit."
+        False,
+        "--fields",
+        help="List every RLVRConfig field, one line each (name, type, this run's value, "
+        "help), and exit.",
     ),
     show_help: bool = typer.Option(
         False, "--help", "-h", help="List every option with its help text, and exit."
@@ -178,16 +181,17 @@ def train(
     given as --field value after the YAML, e.g. --recipe dapo --bicc false
     (`--fields` lists them)."""
     from .trainer import train as run_training
-    from .trainer.parse import config_help, parse_config
+    from .trainer.parse import config_fields, config_help, parse_config
 
     if fields or show_help:
-        # The defaults shown are the values this command line would run with (its --config
-        # or the base YAML of its --model); the code's own where it does not parse.
+        # The values shown are those this command line would run with (its --config or the
+        # base YAML of its --model); the code's own where it does not parse.
         try:
             resolved = parse_config(config, _take_debug(list(ctx.args)))
         except (ValueError, SystemExit):
             resolved = None
-        typer.echo(config_help(resolved))
+        # --help: argparse's full help; --fields: one compact line per field.
+        typer.echo(config_help(resolved) if show_help else config_fields(resolved))
         raise typer.Exit(0)
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process

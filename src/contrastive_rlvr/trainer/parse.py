@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import re
 import types
 import typing
 from importlib import resources
@@ -241,3 +242,69 @@ def config_help(resolved: RLVRConfig | None = None) -> str:
     # The command's options first, then the project's groups, then TRL's.
     parser._action_groups.insert(0, parser._action_groups.pop())
     return parser.format_help()
+
+
+#: The end of a help text's first sentence (not "e.g." or a decimal point).
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!\.)\.(?=\s|$)")
+#: Longest help shown by ``--fields`` (its first sentence, cut here).
+FIELD_HELP_CHARS = 90
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    m = _SENTENCE_END.search(text)
+    first = text[: m.start()] if m else text
+    return first if len(first) <= FIELD_HELP_CHARS else first[: FIELD_HELP_CHARS - 3] + "..."
+
+
+def config_fields(resolved: RLVRConfig | None = None) -> str:
+    """``train --fields``: one line per RLVRConfig field (name, type, the value this command
+    line would run with, the first sentence of its help), grouped as ``--help`` groups them;
+    without ``resolved`` the code's defaults."""
+    hints = typing.get_type_hints(RLVRConfig)
+    every = {f.name: f for f in dataclasses.fields(RLVRConfig) if f.init}
+    every.pop("base_config", None)  # set by the parser, named in the first line
+    groups, ours = [], set()
+    for group in GROUPS:
+        names = [f.name for f in dataclasses.fields(group) if f.name in every]
+        ours.update(names)
+        groups.append((group.help_group, names))
+    groups.append((TRL_GROUP, [n for n in every if n not in ours]))
+
+    def value_of(f: dataclasses.Field) -> object:
+        if resolved is not None:
+            return getattr(resolved, f.name)
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+    source = f" (values of this run: {resolved.base_config} + overrides)" if resolved else ""
+    lines = [f"RLVRConfig fields{source}: name  type  value  help"]
+    for title, names in groups:
+        lines.append(f"\n[{title}]")
+        for name in names:
+            f = every[name]
+            value = value_of(f)
+            shown = json_value(getattr(value, "value", value))
+            help_text = _first_sentence(f.metadata.get("help", ""))
+            lines.append(f"{name}  {_short_type(hints[name])}  {shown}  {help_text}".rstrip())
+    return "\n".join(lines)
+
+
+def _short_type(hint: object) -> str:
+    """A type as ``--fields`` shows it: ``float or null``, a Literal as its choices."""
+    if typing.get_origin(hint) is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_short_type(a) for a in typing.get_args(hint))
+    return _type_name(hint)
+
+
+def json_value(value: object) -> str:
+    """A field's value as one would write it on the command line or in YAML."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        # quoted where the text has spaces or escapes, so each line splits on its columns
+        return value if value.isprintable() and value and " " not in value else repr(value)
+    return str(value)
