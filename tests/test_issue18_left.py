@@ -5,6 +5,11 @@ beta, push_to_hub at the end of a run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -118,3 +123,69 @@ def test_fields_shows_the_values_of_the_given_command_line(tmp_path):
     over = ["train", "--config", str(base), "--bicc_context_ratio", "0.3", "--fields"]
     out = CliRunner().invoke(app, over).output
     assert _field_line(out, "bicc_context_ratio").split("  ")[2] == "0.3"
+
+
+# -- item: the project's INFO lines at --log_level info ---------------------------------
+
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
+
+# A hand-built RLVRTrainer (BiCC on, so prompt sharing chooses a form for each model and
+# logs it at INFO) with the log_level given as argv[2]; no training step.
+TRAINER_SCRIPT = """
+import sys
+sys.path[:0] = [{tests!r}, {src!r}]
+from trainer_utils import make_config, make_trainer, save_tiny_model
+from pathlib import Path
+tmp = Path(sys.argv[1])
+model_dir = save_tiny_model(tmp / "model")
+extra = {{"log_level": sys.argv[2]}} if sys.argv[2] != "unset" else {{}}
+make_trainer(model_dir, make_config(tmp, bicc=True, **extra))
+print("built")
+"""
+
+
+def _run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("TRANSFORMERS_VERBOSITY", None)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.mark.parametrize(
+    ("log_level", "shown"), [("info", True), ("unset", False), ("warning", False)]
+)
+def test_project_info_lines_follow_log_level(tmp_path, log_level, shown):
+    code = TRAINER_SCRIPT.format(tests=str(TESTS), src=str(SRC))
+    result = _run_python(code, str(tmp_path / log_level), log_level)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "built" in result.stdout
+    line = "INFO contrastive_rlvr.trainer.sharing: prompt sharing (policy): packed forward"
+    assert (line in result.stderr) is shown, result.stderr[-2000:]
+
+
+def test_project_log_handler_levels_and_no_double_lines():
+    code = """
+import logging
+from contrastive_rlvr.logs import follow_log_level
+log = logging.getLogger("contrastive_rlvr.trainer.probe")
+follow_log_level(logging.WARNING)
+log.info("hidden-at-warning")
+log.warning("shown-at-warning")
+follow_log_level(logging.INFO)
+follow_log_level(logging.INFO)  # a second trainer: still one handler
+log.info("shown-at-info")
+logging.basicConfig(format="ROOT %(message)s", level=logging.INFO)
+log.info("through-root")
+"""
+    result = _run_python(code)
+    assert result.returncode == 0, result.stderr
+    err = result.stderr.splitlines()
+    assert "hidden-at-warning" not in result.stderr
+    assert err[:2] == [
+        "WARNING contrastive_rlvr.trainer.probe: shown-at-warning",
+        "INFO contrastive_rlvr.trainer.probe: shown-at-info",
+    ]
+    # the application configured logging: its handler prints the line, ours stays silent
+    assert err[2:] == ["ROOT through-root"]

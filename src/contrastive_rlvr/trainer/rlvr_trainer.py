@@ -1,13 +1,12 @@
 """``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC
 and the seed methods VeriGate, ReCo and OC-GRPO.
 
-TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed,
-PEFT, logging and checkpoints. This class keeps only the TRL hooks it overrides
-and hands the work to two objects built once from the config: the stage pipeline
-(:mod:`.stages`, the batch after TRL's generation and scoring) and the loss
-(:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL hooks
-(private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``,
-the seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
+TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, PEFT, logging and
+checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
+built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
+and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
+hooks (private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``, the
+seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.
@@ -36,6 +35,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from ..logs import follow_log_level
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
@@ -72,12 +72,12 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
         fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
         super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
+        follow_log_level(self.args.get_process_log_level())  # as Trainer does for its own
         config: RLVRConfig = self.args
         self.recipe = effective_recipe(config)
         self.loss = build_loss(config, self.recipe, self.model)
         self.loss_name = self.loss.name
-        self.nonfinite_losses = self.skipped_updates = 0
-        self._nonfinite_pending = False
+        self.nonfinite_losses, self.skipped_updates, self._nonfinite_pending = 0, 0, False
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
         self._aux_losses: list[torch.Tensor] = []

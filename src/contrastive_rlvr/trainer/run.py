@@ -17,6 +17,7 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
+from ..logs import follow_log_level
 from .callbacks import RichProgress
 from .checkpoints import (
     config_differences,
@@ -592,6 +593,7 @@ def train(
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
     state = _distributed_state(config)
+    follow_log_level(config.get_process_log_level())  # --log_level info: the project's INFO
     # One writer per folder: the main process holds the lock for the whole run (the others
     # only read the folder, after it, and wait for it at each write).
     lock = OutputDirLock(out) if state.is_main_process else contextlib.nullcontext()
