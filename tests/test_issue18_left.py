@@ -189,3 +189,106 @@ log.info("through-root")
     ]
     # the application configured logging: its handler prints the line, ours stays silent
     assert err[2:] == ["ROOT through-root"]
+
+
+# -- item: push_to_hub at the end of a run ----------------------------------------------
+
+
+def _tiny_run_args(tmp_path: Path) -> list[str]:
+    import json
+
+    from trainer_utils import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    rows = [{"problem": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = tmp_path / "coin_reward.py"
+    reward.write_text(
+        "def coin(prompts, completions, **kwargs):\n"
+        "    return [float(i % 2) for i, _ in enumerate(completions)]\n"
+    )
+    return [
+        "--model", str(model_dir), "--dataset", str(data), "--output_dir", str(tmp_path / "out"),
+        "--heldout_size", "4", "--eval_n", "1", "--max_steps", "1", "--num_generations", "4",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--learning_rate", "0.01", "--warmup_steps", "0", "--save_strategy", "no",
+        # mixed groups whatever the model says, so the one step changes the weights
+        "--rewards", f"{reward}:coin",
+    ]  # fmt: skip
+
+
+class _FakeHub:
+    """transformers' ``hf_api()`` without a network: records each call."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.uploads: list[dict] = []
+
+    def create_repo(self, repo_id, **kwargs):  # noqa: ANN001, ANN201
+        from types import SimpleNamespace
+
+        self.created.append(repo_id)
+        return SimpleNamespace(repo_id=f"someone/{repo_id}")
+
+    def upload_folder(self, *, folder_path, repo_id, **kwargs):  # noqa: ANN001, ANN201
+        import hashlib
+
+        folder = Path(folder_path)
+        weights = folder / "model.safetensors"
+        card = folder / "README.md"
+        self.uploads.append({
+            "folder": folder.resolve(), "repo_id": repo_id, "files": sorted(os.listdir(folder)),
+            "weights": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.exists() else "",
+            "card": card.read_text() if card.exists() else "",
+        })  # fmt: skip
+
+
+def test_push_to_hub_uploads_the_final_model_once_at_the_end(tmp_path, monkeypatch):
+    import hashlib
+
+    import transformers.trainer
+    from huggingface_hub import HfApi
+
+    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.trainer.parse import parse_config
+
+    hub = _FakeHub()
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    monkeypatch.setattr(HfApi, "whoami", lambda self, token=None: {"name": "someone"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the start-time check reads it
+    args = _tiny_run_args(tmp_path)
+    start = hashlib.sha256((tmp_path / "model" / "model.safetensors").read_bytes()).hexdigest()
+    config = parse_config(None, [*args, "--push_to_hub", "true", "--hub_token", "hf_x"])
+    summary = train(config, progress=False)
+    assert summary["steps"] == 1
+    out = (tmp_path / "out").resolve()
+    assert hub.created == ["out"]  # the repository named after output_dir, as TRL's
+    assert len(hub.uploads) == 1, hub.uploads
+    (push,) = hub.uploads
+    assert push["folder"] == out and push["repo_id"] == "someone/out"
+    assert {"model.safetensors", "config.json", "README.md"} <= set(push["files"])
+    # what was uploaded is the final model as it lies in output_dir after the run, trained
+    final = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    assert push["weights"] == final != start
+    assert "model" in push["card"] and str(tmp_path / "model") in push["card"]
+
+
+def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    import contrastive_rlvr.trainer.run as run_module
+
+    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the model started loading")
+
+    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["train", *_tiny_run_args(tmp_path), "--push_to_hub", "true"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        "error: push_to_hub=true but HF_HUB_OFFLINE is set, so the run could not upload its "
+        "model; unset HF_HUB_OFFLINE, or set push_to_hub=false (the final model is saved in "
+        "output_dir either way)"
+    ]
+    assert not (tmp_path / "out" / "config.yaml").exists()

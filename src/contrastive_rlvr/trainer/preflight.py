@@ -122,6 +122,36 @@ def check_hub_reachable(model: str) -> None:
         ) from err
 
 
+def check_push_to_hub(config: Any) -> None:
+    """``push_to_hub=true``: the upload at the end of the run can happen (not offline, a
+    token the Hub accepts), checked now rather than when the Trainer creates the repository
+    after the model loaded."""
+    if not getattr(config, "push_to_hub", False):
+        return
+    keep = "or set push_to_hub=false (the final model is saved in output_dir either way)"
+    if _offline():
+        raise UserError(
+            f"push_to_hub=true but HF_HUB_OFFLINE is set, so the run could not upload its "
+            f"model; unset HF_HUB_OFFLINE, {keep}"
+        )
+    from huggingface_hub import HfApi, get_token
+
+    token = config.hub_token or get_token()
+    if not token:
+        raise UserError(
+            "push_to_hub=true but no Hugging Face token is set; log in (hf auth login), set "
+            f"HF_TOKEN or hub_token, {keep}"
+        )
+    try:
+        HfApi().whoami(token=token)
+    except Exception as err:  # noqa: BLE001 - any failure to reach the Hub is the user's to fix
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise UserError(
+            f"push_to_hub=true but the Hub cannot be reached with this token "
+            f"({type(err).__name__}: {reason}); check the network and the token, {keep}"
+        ) from err
+
+
 def check_output_dir(path: str | os.PathLike[str]) -> None:
     """The output directory is named, and can be created and written to."""
     if not str(path).strip():
@@ -162,6 +192,7 @@ def preflight(config: Any) -> PreflightResult:
 
     check_output_dir(config.output_dir)
     check_report_to(config.report_to)
+    check_push_to_hub(config)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
