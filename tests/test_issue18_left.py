@@ -292,3 +292,120 @@ def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
         "output_dir either way)"
     ]
     assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+# -- item: local json / jsonl / parquet / csv through datasets.load_dataset --------------
+
+ROWS = [
+    {"question": f"{i}+{i}=", "answer": str(2 * i), "level": i % 2,
+     "meta": {"source": f"book-{i}", "page": 10 + i}, "tags": ["add", f"t{i}"]}
+    for i in range(3)
+]  # fmt: skip
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows, indent=1))
+    elif path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:  # csv: flat columns only
+        flat = [{k: v for k, v in r.items() if not isinstance(v, dict | list)} for r in rows]
+        path.write_text("question,answer,level\n" + "".join(
+            f"{r['question']},{r['answer']},{r['level']}\n" for r in flat
+        ))  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def builders(monkeypatch):
+    """The datasets builders load_dataset was called with (the loader must use them)."""
+    import datasets
+
+    seen: list[str] = []
+    real = datasets.load_dataset
+
+    def spy(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", spy)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("suffix", "builder"),
+    [(".jsonl", "json"), (".json", "json"), (".parquet", "parquet"), (".csv", "csv")],
+)
+def test_each_local_format_goes_through_load_dataset_with_the_same_rows(
+    tmp_path, builders, suffix, builder
+):
+    from contrastive_rlvr.data import load_prompts
+
+    ds = load_prompts(_write(tmp_path / f"d{suffix}", ROWS)).dataset
+    assert builders == [builder]
+    assert ds["id"] == ["0", "1", "2"]
+    assert ds["prompt"] == ["0+0=", "1+1=", "2+2="] and ds["answer"] == ["0", "2", "4"]
+    assert ds["level"] == [0, 1, 0] and ds["question"] == ["0+0=", "1+1=", "2+2="]
+    if suffix != ".csv":  # nested and list columns as written
+        assert ds["meta"] == [r["meta"] for r in ROWS]
+        assert ds["tags"] == [r["tags"] for r in ROWS]
+        assert ds.features["meta"]["page"].dtype == "int64"
+
+
+def test_a_json_file_of_json_lines_is_read_as_jsonl(tmp_path, builders):
+    from contrastive_rlvr.data import load_prompts
+
+    path = tmp_path / "lines.json"
+    _write(tmp_path / "lines.jsonl", ROWS).rename(path)  # what Dataset.to_json writes
+    ds = load_prompts(path).dataset
+    assert builders == ["json"] and ds["answer"] == ["0", "2", "4"]
+    assert ds["meta"] == [r["meta"] for r in ROWS]
+
+
+def test_skipped_rows_are_left_out_of_what_datasets_reads(tmp_path, builders):
+    import json
+
+    from contrastive_rlvr.data import load_prompts
+
+    path = tmp_path / "some-bad.jsonl"
+    lines = [json.dumps(ROWS[0]), '{"question": "x", ', "", json.dumps(ROWS[2]), "[1, 2]"]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"some-bad\.jsonl line 2: invalid JSON"):
+        load_prompts(path)
+    loaded = load_prompts(path, skip_bad_rows=True)
+    assert builders == ["json"] and loaded.skipped == 2
+    ds = loaded.dataset
+    assert ds["id"] == ["0", "2"]  # the row's place in the file, bad rows counted
+    assert ds["meta"] == [ROWS[0]["meta"], ROWS[2]["meta"]]
+
+
+def test_a_file_datasets_cannot_read_is_one_line_naming_it(tmp_path):
+    from contrastive_rlvr.data import load_prompts
+
+    bad = tmp_path / "broken.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(ValueError) as err:
+        load_prompts(bad)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: datasets.load_dataset could not read it (")
+    assert "\n" not in message and len(message) < 500
+
+
+def test_mixed_types_in_an_extra_column_reach_the_rows(tmp_path):
+    import json
+
+    from contrastive_rlvr.data import load_prompts
+
+    rows = [{"question": "a", "answer": 1, "note": "text"}, {"question": "b", "answer": "2",
+            "note": 7}]  # fmt: skip
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")  # a blank line too
+    ds = load_prompts(path).dataset
+    assert ds["answer"] == ["1", "2"] and ds["note"] == ["text", 7]

@@ -1,6 +1,9 @@
-"""Prompt datasets from jsonl, json, parquet or a Hugging Face dataset name.
+"""Prompt datasets from jsonl, json, parquet, csv or a Hugging Face dataset name.
 
-Every source becomes a :class:`datasets.Dataset` with the columns ``id``,
+Every source is read by ``datasets.load_dataset`` as a TRL script reads it (local files
+through its ``json``, ``parquet`` and ``csv`` builders, so column types and nested
+columns are the ones ``datasets`` infers), and becomes a :class:`datasets.Dataset` with
+the columns ``id``,
 ``prompt`` and ``answer`` (a string), which is what the trainer and
 :class:`~contrastive_rlvr.rewards.MathVerifyReward` expect, plus every other
 column of the source unchanged: TRL hands each column to the reward functions
@@ -8,7 +11,10 @@ as a keyword argument, and the stages (OC-GRPO's ``solution``) read them.
 
 Field mapping: the prompt comes from ``prompt_field`` or else the first of
 ``prompt``, ``messages``, ``problem``, ``question`` that a row has; the answer
-from ``answer_field`` or else ``answer``, ``final_answer``, ``target``. A
+from ``answer_field`` or else ``answer``, ``final_answer``, ``target``. A field
+name may be a dotted path into nested columns: ``reward_model.ground_truth`` reads
+``row["reward_model"]["ground_truth"]`` (DAPO-Math-17k's and verl's layout; a column
+whose own name has the dots wins). A
 prompt is either a string (TRL's standard format) or a list of
 ``{"role", "content"}`` messages (TRL's conversational format, system turns
 and all); from a ``messages`` conversation the trailing assistant turns are
@@ -20,12 +26,16 @@ there, ``"gsm8k"`` requires it, ``"plain"`` never does).
 
 A malformed row (bad JSON, not an object, a missing or empty field, a wrong
 type, a line that is not valid UTF-8) raises ``ValueError`` naming the file,
-the line (parquet: the row) and the field or byte. With
+the line (parquet: the row) and the field or byte: ``.jsonl`` and ``.json`` files are
+checked line by line before ``datasets`` reads them, and an error of ``datasets`` itself
+becomes one line naming the file. With
 ``skip_bad_rows=True`` such rows are skipped, logged, and counted in
 :attr:`LoadedPrompts.skipped`. ``.jsonl`` and ``.json`` files are UTF-8; a
 byte-order mark at the start (as some Windows editors write) is accepted and
-dropped. A ``.json`` file is one document, so a bad byte in it is an error
-(naming the line) even with ``skip_bad_rows``.
+dropped. A ``.json`` file is one document (a list of objects), so a bad byte in it is
+an error (naming the line) even with ``skip_bad_rows``; a ``.json`` file of JSON lines
+(what ``Dataset.to_json`` writes) is read as ``.jsonl``. With rows skipped, ``datasets``
+reads a copy of the file without them (in a temporary folder, removed after).
 """
 
 from __future__ import annotations
@@ -78,9 +88,38 @@ def _pick_field(row: Mapping[str, Any], explicit: str | None, candidates: Sequen
     if explicit is not None:
         return explicit
     for name in candidates:
-        if name in row:
+        if row.get(name) is not None:
             return name
     return candidates[0]  # reported as the missing field
+
+
+def _present(row: Mapping[str, Any]) -> list[str]:
+    """The fields a row has (``datasets`` gives every row every column, None where absent)."""
+    return sorted(k for k, v in row.items() if v is not None)
+
+
+def field_value(row: Mapping[str, Any], name: str, where: str, hint: str = "") -> Any:
+    """``row[name]``, or for a dotted ``name`` the nested value it leads to
+    (``reward_model.ground_truth``: ``row["reward_model"]["ground_truth"]``); a column
+    whose own name has the dots wins. A field that is absent or None raises ``ValueError``
+    naming the row, the missing key and the keys present where it was looked for."""
+    if row.get(name) is not None:
+        return row[name]
+    parts = name.split(".")
+    if len(parts) == 1 or name in row:
+        raise ValueError(f"{where}: missing field {name!r}{hint}; row has fields {_present(row)}")
+    value: Any = row
+    for depth, part in enumerate(parts):
+        if not isinstance(value, Mapping) or value.get(part) is None:
+            above = ".".join(parts[:depth]) or "the row"
+            keys = _present(value) if isinstance(value, Mapping) else []
+            what = f"keys {keys}" if isinstance(value, Mapping) else type(value).__name__
+            raise ValueError(
+                f"{where}: missing field {name!r}: no {part!r} in {above} (which has {what}); "
+                f"row has fields {_present(row)}"
+            )
+        value = value[part]
+    return value
 
 
 def _check_prompt(value: Any, field: str, where: str) -> str | list[dict[str, str]]:
@@ -111,25 +150,25 @@ def row_to_example(
     answer_field: str | None = None,
     answer_format: AnswerFormat = "auto",
 ) -> dict[str, Any]:
-    """``{"prompt", "answer"}`` from one raw row; ``where`` ("file line N") prefixes errors."""
+    """``{"prompt", "answer"}`` from one raw row; ``where`` ("file line N") prefixes errors.
+    A field may be a dotted path into nested columns (:func:`field_value`)."""
     if not isinstance(row, Mapping):
         raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
     p_field = _pick_field(row, prompt_field, PROMPT_FIELDS)
     a_field = _pick_field(row, answer_field, ANSWER_FIELDS)
+    values = []
     for field, options in ((p_field, prompt_field), (a_field, answer_field)):
-        if field not in row:
-            hint = "" if options else f" (looked for {field!r} and its alternatives)"
-            raise ValueError(
-                f"{where}: missing field {field!r}{hint}; row has fields {sorted(row)}"
-            )
-    prompt = _check_prompt(row[p_field], p_field, where)
+        hint = "" if options else f" (looked for {field!r} and its alternatives)"
+        # A column that is there (null too) has its value checked, and named, below.
+        values.append(row[field] if field in row else field_value(row, field, where, hint))
+    prompt = _check_prompt(values[0], p_field, where)
     if p_field == "messages" and isinstance(prompt, list):
         # A whole conversation: the prompt is what comes before the assistant's reply.
         while prompt and prompt[-1]["role"] == "assistant":
             prompt = prompt[:-1]
         if not prompt:
             raise ValueError(f"{where}: field 'messages' holds only assistant turns, no prompt")
-    answer = normalize_answer(row[a_field], field=a_field, where=where)
+    answer = normalize_answer(values[1], field=a_field, where=where)
     if answer_format != "plain":
         final = gsm8k_final_answer(answer)
         if final is not None:
@@ -159,7 +198,9 @@ def _utf8_error(path: Path, data: bytes, error: UnicodeDecodeError, first_line: 
     )
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+def _jsonl_lines(path: Path, blanks: list[int]) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` per non-blank line; a row that is a ``ValueError`` could not be read.
+    The numbers of blank lines go to ``blanks``."""
     # Read as bytes and decode line by line, so that one badly encoded line
     # is an error naming that line (or, with skip_bad_rows, a skipped row)
     # rather than a UnicodeDecodeError from somewhere inside the file.
@@ -168,17 +209,24 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
             if line_no == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]  # a byte-order mark starts the file, not the row
             if not raw.strip():
+                blanks.append(line_no)
                 continue
             where = f"{path} line {line_no}"
             try:
-                yield where, json.loads(raw.decode("utf-8"))
+                row = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
                 yield where, _utf8_error(path, raw, e, line_no)
+                continue
             except json.JSONDecodeError as e:
                 yield where, ValueError(f"{where}: invalid JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(row, dict):
+                row = ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield where, row
 
 
-def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
+def _json_items(path: Path) -> Iterator[tuple[str, Any]] | None:
+    """``(where, row)`` per item of a ``.json`` list; None for a file of JSON lines."""
     raw = path.read_bytes().removeprefix(_BOM)
     try:
         text = raw.decode("utf-8")
@@ -187,65 +235,131 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
+        if e.msg == "Extra data":  # one object per line, as Dataset.to_json writes
+            return None
         raise ValueError(f"{path} line {e.lineno}: invalid JSON ({e.msg})") from e
     if not isinstance(data, list):
-        raise ValueError(f"{path}: a .json prompt file must hold a list of objects")
-    for i, row in enumerate(data, start=1):
-        yield f"{path} item {i}", row
+        raise ValueError(f"{path}: a .json prompt file must hold a list of objects (or JSON lines)")
+    return (
+        (f"{path} item {i}", row if isinstance(row, dict) else ValueError(
+            f"{path} item {i}: expected a JSON object, got {type(row).__name__}"
+        ))
+        for i, row in enumerate(data, start=1)
+    )  # fmt: skip
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    import pyarrow.parquet as pq
+def _datasets_error(source: object, err: Exception) -> ValueError:
+    """An error of ``datasets.load_dataset`` as one line naming the file."""
+    cause: BaseException = err
+    while cause.__cause__ is not None:  # DatasetGenerationError wraps the reader's error
+        cause = cause.__cause__
+    text = " ".join(str(cause).split())[:300] or type(cause).__name__
+    return ValueError(f"{source}: datasets.load_dataset could not read it ({text})")
 
-    for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
-        yield f"{path} row {i}", row
+
+def _load_local(builder: str, path: Path, **kwargs: Any) -> Dataset:
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    except Exception as err:  # noqa: BLE001 - any reader failure is the file's, named in one line
+        raise _datasets_error(path, err) from err
 
 
-def _hub_rows(name: str, config: str | None, split: str) -> Iterator[tuple[str, Any]]:
+@dataclass
+class _Read:
+    """A source as ``datasets`` read it: the rows, where each came from (``wheres``; its
+    place among the source's rows, unreadable ones counted, in ``positions``), how many
+    rows could not be read (skipped), and for JSON the rows as written (``raw``: the
+    fields this loader reads are checked there, so a null is told from an absent key)."""
+
+    dataset: Dataset
+    wheres: list[str]
+    positions: list[int]
+    skipped: int = 0
+    raw: list[dict[str, Any]] | None = None
+
+
+def _skip_or_raise(error: ValueError, skip_bad_rows: bool) -> None:
+    if not skip_bad_rows:
+        raise error
+    logger.warning("skipping bad row: %s", error)
+
+
+def _read_json(path: Path, skip_bad_rows: bool) -> _Read:
+    """A ``.jsonl`` (or ``.json``) file checked row by row, then read by ``datasets``: the
+    file itself when every row is good, else a copy of the good rows as JSON lines."""
+    items = _json_items(path) if path.suffix.lower() == ".json" else None
+    blanks: list[int] = []
+    rows = items if items is not None else _jsonl_lines(path, blanks)
+    wheres, positions, good, skipped = [], [], [], 0
+    for position, (where, row) in enumerate(rows):
+        if isinstance(row, ValueError):
+            _skip_or_raise(row, skip_bad_rows)
+            skipped += 1
+            continue
+        wheres.append(where)
+        positions.append(position)
+        good.append(row)
+    if not good:
+        raise ValueError(f"{path}: no usable rows (skipped {skipped})")
+    # datasets' reader of a column with mixed types (its Json feature) fails on blank lines
+    # and byte-order marks: such a file is read as a clean copy too.
+    with path.open("rb") as f:
+        clean = not skipped and not blanks and not f.read(len(_BOM)).startswith(_BOM)
+    if clean:
+        read = _Read(_load_local("json", path), wheres, positions, raw=good)
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="contrastive-rlvr-data-") as tmp:
+            copy = Path(tmp) / f"{path.stem}.jsonl"
+            copy.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in good))
+            dataset = _load_local("json", copy, cache_dir=tmp, keep_in_memory=True)
+        read = _Read(dataset, wheres, positions, skipped, raw=good)
+    if len(read.dataset) != len(wheres):
+        raise ValueError(
+            f"{path}: datasets.load_dataset read {len(read.dataset)} rows where the file has "
+            f"{len(wheres)} JSON objects"
+        )
+    return read
+
+
+def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         raise ValueError(
             f"{name!r} is not a local file, and HF_HUB_OFFLINE is set so it cannot be "
-            "downloaded; pass a .jsonl, .json or .parquet path"
+            "downloaded; pass a .jsonl, .json, .parquet or .csv path"
         )
     from datasets import load_dataset
 
-    ds = load_dataset(name, config, split=split)
-    for i, row in enumerate(ds, start=1):
-        yield f"{name}[{split}] row {i}", row
+    return load_dataset(name, config, split=split)
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    # datasets' csv builder, as a TRL script would read the file (line 1 is the header).
-    from datasets import load_dataset
-
-    ds = load_dataset("csv", data_files=str(path), split="train")
-    for i, row in enumerate(ds, start=2):
-        yield f"{path} line {i}", row
+_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
-_READERS = {
-    ".jsonl": _jsonl_rows,
-    ".json": _json_rows,
-    ".parquet": _parquet_rows,
-    ".csv": _csv_rows,
-}
-
-
-def _rows(
-    source: str | os.PathLike[str], hub_config: str | None, split: str
-) -> Iterator[tuple[str, Any]]:
-    """``(where, row)`` pairs; a row that is a ``ValueError`` is one that could not be read."""
+def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, skip: bool) -> _Read:
+    """The rows of ``source``, read by ``datasets.load_dataset``, and where each came from."""
     path = Path(source)
     suffix = "".join(path.suffixes[-1:]).lower()
     if path.exists():
-        if suffix not in _READERS:
+        if suffix not in _SUFFIXES:
             raise ValueError(
                 f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet, .csv)"
             )
-        return _READERS[suffix](path)
-    if suffix in _READERS or str(source).startswith((".", os.sep)):
+        if suffix in (".jsonl", ".json"):
+            return _read_json(path, skip)
+        dataset = _load_local(suffix[1:], path)
+        # csv: line 1 is the header
+        first, unit = (2, "line") if suffix == ".csv" else (1, "row")
+        wheres = [f"{path} {unit} {i}" for i in range(first, first + len(dataset))]
+        return _Read(dataset, wheres, list(range(len(dataset))))
+    if suffix in _SUFFIXES or str(source).startswith((".", os.sep)):
         raise ValueError(f"{path}: file not found")
-    return _hub_rows(str(source), hub_config, split)
+    dataset = _hub_dataset(str(source), hub_config, split)
+    wheres = [f"{source}[{split}] row {i}" for i in range(1, len(dataset) + 1)]
+    return _Read(dataset, wheres, list(range(len(dataset))))
 
 
 def load_prompts(
@@ -262,23 +376,25 @@ def load_prompts(
 ) -> LoadedPrompts:
     """Load a prompt dataset (see the module docstring).
 
-    ``source`` is a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet``
-    file, or a Hugging Face dataset name (``split``, ``hub_config``; online
-    only). ``id_field`` names a row id column (default: the row's position).
-    ``limit`` keeps the first ``limit`` good rows.
+    ``source`` is a ``.jsonl``, ``.json`` (a list of objects, or JSON lines),
+    ``.parquet`` or ``.csv`` file, or a Hugging Face dataset name (``split``,
+    ``hub_config``; online only). ``id_field`` names a row id column (default: ``id``
+    when the rows have one, else the row's position). ``limit`` keeps the first
+    ``limit`` good rows. Fields may be dotted paths (:func:`field_value`).
     """
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    read = _read(source, hub_config, split, skip_bad_rows)
     examples: list[dict[str, Any]] = []
-    skipped = 0
-    for index, (where, row) in enumerate(_rows(source, hub_config, split)):
+    kept: list[int] = []
+    skipped = read.skipped
+    for index, row in enumerate(read.raw if read.raw is not None else read.dataset):
         if limit is not None and len(examples) >= limit:
             break
+        where, position = read.wheres[index], read.positions[index]
         try:
-            if isinstance(row, ValueError):
-                raise row
             example = row_to_example(
                 row,
                 where,
@@ -287,20 +403,16 @@ def load_prompts(
                 answer_format=answer_format,
             )
             if id_field is not None:
-                if id_field not in row:
-                    raise ValueError(f"{where}: missing field {id_field!r}")
-                example["id"] = str(row[id_field])
+                example["id"] = str(field_value(row, id_field, where))
             else:
-                example["id"] = str(row["id"]) if "id" in row else str(index)
-            # Every other column passes through as it is (rewards and stages read them).
-            example = {**row, **example}
+                # default: the row's own id, else its place in the source (bad rows counted)
+                example["id"] = str(row["id"]) if row.get("id") is not None else str(position)
         except ValueError as e:
-            if not skip_bad_rows:
-                raise
+            _skip_or_raise(e, skip_bad_rows)
             skipped += 1
-            logger.warning("skipping bad row: %s", e)
             continue
         examples.append(example)
+        kept.append(index)
     if skipped:
         logger.warning("skipped %d bad rows of %s", skipped, source)
     if not examples:
@@ -311,15 +423,14 @@ def load_prompts(
             f"{source}: some prompts are strings and some are message lists; use one format "
             "(TRL's standard or conversational) for every row"
         )
-    columns = ["id", "prompt", "answer"]
-    columns += sorted({c for ex in examples for c in ex} - set(columns))
-    try:
-        dataset = Dataset.from_list([{c: ex.get(c) for c in columns} for ex in examples])
-    except (TypeError, ValueError) as err:  # pyarrow: a column with mixed types
-        raise ValueError(
-            f"{source}: a column holds values of different types in different rows ({err}); "
-            "give each column one type"
-        ) from None
+    # id, prompt and answer as this loader made them; every other column as datasets read
+    # it (its own types, nested columns included), rows aligned.
+    from datasets import concatenate_datasets
+
+    ours = Dataset.from_list(examples)
+    rest = read.dataset.select(kept)
+    rest = rest.remove_columns([c for c in ours.column_names if c in rest.column_names])
+    dataset = concatenate_datasets([ours, rest], axis=1) if rest.column_names else ours
     return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source))
 
 
