@@ -409,3 +409,128 @@ def test_mixed_types_in_an_extra_column_reach_the_rows(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")  # a blank line too
     ds = load_prompts(path).dataset
     assert ds["answer"] == ["1", "2"] and ds["note"] == ["text", 7]
+
+
+# -- item: dotted field paths; the paper recipes on DAPO-Math-17k's layout ---------------
+
+DAPO_INSTRUCTION = (
+    "Solve the following math problem step by step. The last line of your response should "
+    "be of the form Answer: $Answer (without quotes) where $Answer is the answer to the "
+    "problem.\n\n{}\n\nRemember to put your answer on its own line after \"Answer:\"."
+)
+DAPO_PROBLEMS = [("What is 3 + 4?", "7"), ("How many sides has a hexagon?", "6"),
+                 ("Compute 12 * 12.", "144")]  # fmt: skip
+
+
+def dapo_rows(problems=DAPO_PROBLEMS) -> list[dict]:
+    """Rows in DAPO-Math-17k's layout (the Hub's parquet: data_source, prompt as chat
+    messages, ability, reward_model {ground_truth, style}, extra_info {index})."""
+    return [
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"content": DAPO_INSTRUCTION.format(q), "role": "user"}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": f"uid-{i}"},
+        }
+        for i, (q, a) in enumerate(problems)
+    ]
+
+
+PAPER_TRL = sorted((TESTS.parent / "recipes" / "paper" / "trl").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", PAPER_TRL, ids=lambda p: p.stem)
+def test_each_trl_paper_recipe_reads_dapo_math_17k_layout(tmp_path, recipe):
+    from contrastive_rlvr.trainer.parse import parse_config
+    from contrastive_rlvr.trainer.preflight import load_dataset_of
+
+    assert "answer_field: reward_model.ground_truth" in recipe.read_text()
+    stand_in = _write(tmp_path / "dapo-math-17k.parquet", dapo_rows())
+    config = parse_config(recipe, ["--bf16", "false", "--dataset", str(stand_in)])
+    ds = load_dataset_of(config).dataset
+    assert ds["answer"] == ["7", "6", "144"]
+    assert ds["id"] == ["uid-0", "uid-1", "uid-2"]
+    assert ds["prompt"] == [
+        [{"role": "user", "content": DAPO_INSTRUCTION.format(q)}] for q, _ in DAPO_PROBLEMS
+    ]
+    # the nested columns themselves pass through to the rewards
+    assert [r["ground_truth"] for r in ds["reward_model"]] == ["7", "6", "144"]
+    assert ds["data_source"] == ["math_dapo"] * 3
+
+
+def test_a_dotted_path_that_is_not_there_names_the_row_and_the_keys(tmp_path):
+    from contrastive_rlvr.data import load_prompts
+
+    rows = dapo_rows()
+    rows[1]["reward_model"] = {"style": "rule", "answer": "6"}  # no ground_truth
+    path = _write(tmp_path / "dapo.jsonl", rows)
+    with pytest.raises(ValueError) as err:
+        load_prompts(path, answer_field="reward_model.ground_truth")
+    assert str(err.value) == (
+        f"{path} line 2: missing field 'reward_model.ground_truth': no 'ground_truth' in "
+        "reward_model (which has keys ['answer', 'style']); row has fields ['ability', "
+        "'data_source', 'extra_info', 'prompt', 'reward_model']"
+    )
+    flat = _write(tmp_path / "flat.jsonl", [{"prompt": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"line 1: .*no 'reward_model' in the row \(which has "
+                       r"keys \['answer', 'prompt'\]\)"):
+        load_prompts(flat, answer_field="reward_model.ground_truth")  # fmt: skip
+    with pytest.raises(ValueError, match=r"line 1: missing field 'extra_info\.index'"):
+        load_prompts(flat, id_field="extra_info.index")
+    # a parquet row (datasets gives it every column, null where absent) reads the same
+    ppath = _write(tmp_path / "dapo.parquet", rows)
+    with pytest.raises(ValueError, match=r"dapo\.parquet row 2: missing field "
+                       r"'reward_model\.ground_truth': no 'ground_truth' in reward_model"):
+        load_prompts(ppath, answer_field="reward_model.ground_truth")  # fmt: skip
+
+
+def test_dapo_layout_trains_with_nested_columns_reaching_the_reward(tmp_path):
+    """DAPO-Math-17k's layout from a parquet file: the dotted answer, id and OC-GRPO
+    solution paths read, and the nested columns reach the reward as dicts, in training and
+    in the held-out evaluation."""
+    import json
+
+    import torch
+    from test_data_trl_formats import _run_args, chat_model
+
+    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.trainer.parse import parse_config
+
+    torch.set_num_threads(1)
+    model_dir = chat_model(tmp_path / "model")
+    rows = [
+        {"data_source": "math_dapo", "prompt": [{"content": f"{i}+1=", "role": "user"}],
+         "reward_model": {"ground_truth": str(i + 1), "style": "rule"},
+         "extra_info": {"index": 100 + i, "solution": f"{i}+1={i + 1}"}}
+        for i in range(10)
+    ]  # fmt: skip
+    data = _write(tmp_path / "dapo.parquet", rows)
+    log = tmp_path / "calls.jsonl"
+    reward = tmp_path / "nested_reward.py"
+    reward.write_text(
+        "import json\n"
+        "def nested(prompts, completions, answer, reward_model, extra_info, **kwargs):\n"
+        "    phase = 'train' if 'trainer_state' in kwargs else 'eval'\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        "        f.write(json.dumps([phase, list(answer), list(reward_model), list(extra_info),\n"
+        "                            list(kwargs['extra_info.solution'])]) + '\\n')\n"
+        "    return [float(i % 2) for i in range(len(completions))]\n"
+    )
+    args = _run_args(model_dir, data, tmp_path / "out",
+                     "--answer_field", "reward_model.ground_truth",
+                     "--id_field", "extra_info.index",
+                     "--oc_grpo", "true", "--oc_solution_column", "extra_info.solution",
+                     "--beta", "0", "--rewards", f"{reward}:nested")  # fmt: skip
+    summary = train(parse_config(None, args), progress=False)
+    assert summary["steps"] == 1
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {c[0] for c in calls} == {"train", "eval"}
+    by_answer = {str(i + 1): r for i, r in enumerate(rows)}
+    for _phase, answers, reward_models, extra_infos, solutions in calls:
+        for answer, rm, extra, solution in zip(
+            answers, reward_models, extra_infos, solutions, strict=True
+        ):
+            written = by_answer[answer]
+            assert rm == written["reward_model"] and extra == written["extra_info"]
+            assert solution == written["extra_info"]["solution"]

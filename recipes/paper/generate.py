@@ -27,6 +27,13 @@ MODELS = {
     "phi4-mini": "microsoft/Phi-4-mini-instruct",
 }
 DATASET = "BytedTsinghua-SIA/DAPO-Math-17k"
+# DAPO-Math-17k's layout (verl's): prompt a list of chat messages (the problem with DAPO's
+# own instruction), answer in the nested reward_model.ground_truth, id in extra_info.index.
+DATA_FIELDS = {
+    "prompt_field": "prompt",
+    "answer_field": "reward_model.ground_truth",
+    "id_field": "extra_info.index",
+}
 BENCHMARKS = "math500,amc23,aime24,aime25"
 METHODS = ("grpo", "dr_grpo", "dapo", "gmpo", "gspo")
 ADDITIONS = ("bicc", "rcc")
@@ -83,6 +90,8 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
     run_dir = f"runs/paper/{name}"
     cfg = copy.deepcopy(base)
     cfg.update(model=MODELS[model_key], dataset=DATASET, output_dir=run_dir, recipe=method)
+    at = list(cfg).index("dataset") + 1  # the field mapping right after the dataset
+    cfg = dict([*list(cfg.items())[:at], *DATA_FIELDS.items(), *list(cfg.items())[at:]])
     cfg["bicc"], cfg["rcc"] = addition == "bicc", addition == "rcc"
     if addition != "bicc":
         for key in ("bicc_context_ratio", "bicc_ratio_mode"):
@@ -111,9 +120,9 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
             "--max_completion_length 512 --save_strategy no",
             "Evaluate (the paper's Table 2 columns, avg@32):",
             f"  {eval_command(model_key, run_dir)}",
-            "Data: DAPO-Math-17k keeps its answer in reward_model.ground_truth, which the loader's",
-            "flat answer fields (data.py) do not read: export prompt + answer to jsonl first and",
-            "pass --dataset FILE (docs/scale-out.md, 'Paper recipes').",
+            "Data: DAPO-Math-17k as it is on the Hub (or a local copy: --dataset FILE.parquet);",
+            "its prompt is a chat message list, the answer the nested reward_model.ground_truth",
+            "(answer_field below), the id extra_info.index.",
         ]
     )
     return path, {"text": text, "config": cfg}

@@ -373,6 +373,7 @@ def load_prompts(
     hub_config: str | None = None,
     skip_bad_rows: bool = False,
     limit: int | None = None,
+    nested_columns: Sequence[str] = (),
 ) -> LoadedPrompts:
     """Load a prompt dataset (see the module docstring).
 
@@ -380,7 +381,9 @@ def load_prompts(
     ``.parquet`` or ``.csv`` file, or a Hugging Face dataset name (``split``,
     ``hub_config``; online only). ``id_field`` names a row id column (default: ``id``
     when the rows have one, else the row's position). ``limit`` keeps the first
-    ``limit`` good rows. Fields may be dotted paths (:func:`field_value`).
+    ``limit`` good rows. Fields may be dotted paths (:func:`field_value`);
+    ``nested_columns``: dotted paths whose values are copied to a column of that name
+    (OC-GRPO's ``oc_solution_column=extra_info.solution``), a row without one an error.
     """
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
@@ -407,6 +410,8 @@ def load_prompts(
             else:
                 # default: the row's own id, else its place in the source (bad rows counted)
                 example["id"] = str(row["id"]) if row.get("id") is not None else str(position)
+            for name in nested_columns:
+                example[name] = field_value(row, name, where)
         except ValueError as e:
             _skip_or_raise(e, skip_bad_rows)
             skipped += 1

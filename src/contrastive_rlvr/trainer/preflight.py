@@ -175,10 +175,14 @@ def load_dataset_of(config: Any) -> Any:
     (:func:`~contrastive_rlvr.data.load_prompts`)."""
     from ..data import load_prompts
 
+    # OC-GRPO's solution column may be a dotted path too: copied to a column of that name.
+    solution = getattr(config, "oc_solution_column", "")
     return load_prompts(
         config.dataset,
         prompt_field=config.prompt_field,
         answer_field=config.answer_field,
+        id_field=config.id_field,
+        nested_columns=[solution] if config.oc_grpo and "." in solution else [],
         answer_format=config.answer_format,
         split=config.dataset_train_split,
         hub_config=config.dataset_config,

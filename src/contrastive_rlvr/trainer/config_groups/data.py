@@ -54,15 +54,25 @@ class DataOptions:
         metadata={
             "help": "Dataset column of the prompt (default: the first of prompt, messages, "
             "problem, question). A string, or TRL's conversational list of {role, content} "
-            "messages (system turns kept; the chat template is applied once, by TRL)."
+            "messages (system turns kept; the chat template is applied once, by TRL). A "
+            "dotted path reads a nested column (as answer_field)."
         },
     )
     answer_field: str | None = field(
         default=None,
         metadata={
             "help": "Dataset column of the reference answer, passed to rewards as 'answer' "
-            "(default: the first of answer, final_answer, target). Every other column reaches "
-            "the rewards and stages unchanged."
+            "(default: the first of answer, final_answer, target); a dotted path reads a "
+            "nested column, e.g. reward_model.ground_truth (DAPO-Math-17k, verl's layout). "
+            "Every other column reaches the rewards and stages unchanged."
+        },
+    )
+    id_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column of a row id (a dotted path reads a nested one, e.g. "
+            "extra_info.index); default: the 'id' column when there is one, else the row's "
+            "position in the file."
         },
     )
     answer_format: Literal["auto", "gsm8k", "plain"] = field(
