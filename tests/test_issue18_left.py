@@ -153,9 +153,8 @@ def _run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("log_level", "shown"), [("info", True), ("unset", False), ("warning", False)]
-)
+# unset: TRL's default log_level "passive" (transformers' verbosity, warning)
+@pytest.mark.parametrize(("log_level", "shown"), [("info", True), ("unset", False)])
 def test_project_info_lines_follow_log_level(tmp_path, log_level, shown):
     code = TRAINER_SCRIPT.format(tests=str(TESTS), src=str(SRC))
     result = _run_python(code, str(tmp_path / log_level), log_level)
