@@ -533,3 +533,18 @@ def test_dapo_layout_trains_with_nested_columns_reaching_the_reward(tmp_path):
             written = by_answer[answer]
             assert rm == written["reward_model"] and extra == written["extra_info"]
             assert solution == written["extra_info"]["solution"]
+
+
+def test_the_paper_recipes_say_the_reward_does_not_read_dapos_answer_line():
+    from contrastive_rlvr.rewards.extract import extract_answer
+
+    # DAPO-Math-17k's instruction asks for a last line "Answer: X": the extractor reads none
+    # of it, so every paper recipe says so (drop the note when the extractor reads it).
+    assert extract_answer("3 + 4 = 7.\nAnswer: 7") is None
+    assert extract_answer("3 + 4 = 7.\nAnswer: \\boxed{7}") == "7"
+    paper = sorted((TESTS.parent / "recipes" / "paper").glob("*/*.yaml"))
+    assert len(paper) == 40
+    for path in paper:
+        assert "prompts ask for a last line 'Answer: X', which it does not read" in (
+            " ".join(path.read_text().replace("#", " ").split())
+        ), path

@@ -38,6 +38,12 @@ BENCHMARKS = "math500,amc23,aime24,aime25"
 METHODS = ("grpo", "dr_grpo", "dapo", "gmpo", "gspo")
 ADDITIONS = ("bicc", "rcc")
 TRL_GPUS, VERL_GPUS = 8, 16
+# The reward's extraction (rewards/extract.py) against DAPO-Math-17k's own instruction.
+REWARD_NOTE = (
+    "Reward: math_verify scores the last \\boxed{} (or <answer>) of a completion, while",
+    "DAPO-Math-17k's prompts ask for a last line 'Answer: X', which it does not read: ask",
+    "for the box as well, or give a reward that reads that line.",
+)
 
 # GPU-hours, an ESTIMATE (nothing here was run on a GPU), worked out as
 #   steps x (generation + training) per step x GPUs, with
@@ -123,6 +129,8 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
             "Data: DAPO-Math-17k as it is on the Hub (or a local copy: --dataset FILE.parquet);",
             "its prompt is a chat message list, the answer the nested reward_model.ground_truth",
             "(answer_field below), the id extra_info.index.",
+            *REWARD_NOTE,
+            "  (TRL path: --instruction default adds the box instruction after the dataset's.)",
         ]
     )
     return path, {"text": text, "config": cfg}
@@ -171,6 +179,7 @@ def verl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
             "  actor_rollout_ref.actor.ppo_mini_batch_size=8 data.max_response_length=512",
             "Evaluate (the paper's Table 2 columns, avg@32; the HF checkpoint verl saves):",
             f"  {eval_command(model_key, f'checkpoints/contrastive-rlvr/paper-{name}/hf')}",
+            *REWARD_NOTE,
         ]
     )
     return path, {"text": text, "config": cfg}
