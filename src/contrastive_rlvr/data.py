@@ -333,7 +333,10 @@ def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
         )
     from datasets import load_dataset
 
-    return load_dataset(name, config, split=split)
+    try:
+        return load_dataset(name, config, split=split)
+    except Exception as err:  # noqa: BLE001 - a name, config or split that is not there
+        raise _datasets_error(f"{name!r} (config {config!r}, split {split!r})", err) from err
 
 
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -433,7 +436,7 @@ def load_prompts(
     from datasets import concatenate_datasets
 
     ours = Dataset.from_list(examples)
-    rest = read.dataset.select(kept)
+    rest = read.dataset if len(kept) == len(read.dataset) else read.dataset.select(kept)
     rest = rest.remove_columns([c for c in ours.column_names if c in rest.column_names])
     dataset = concatenate_datasets([ours, rest], axis=1) if rest.column_names else ours
     return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source))
