@@ -548,3 +548,20 @@ def test_the_paper_recipes_say_the_reward_does_not_read_dapos_answer_line():
         assert "prompts ask for a last line 'Answer: X', which it does not read" in (
             " ".join(path.read_text().replace("#", " ").split())
         ), path
+
+
+def test_the_default_reference_model_is_the_delta_diagnostics_one(tmp_path):
+    """beta 0 builds no reference for the KL; the one RLVRConfig() still builds is the
+    delta diagnostics' (log_delta, on by default; the README's defaults table says so)."""
+    from trainer_utils import make_trainer, save_tiny_model
+
+    from contrastive_rlvr.trainer import RLVRConfig
+
+    model_dir = save_tiny_model(tmp_path / "model")
+    small = dict(output_dir=str(tmp_path / "out"), report_to="none", num_generations=4,
+                 per_device_train_batch_size=8, max_completion_length=4, max_steps=1)  # fmt: skip
+    config = RLVRConfig(**small)
+    assert config.beta == 0.0 and config.log_delta
+    assert make_trainer(model_dir, config).ref_model is not None
+    off = RLVRConfig(**small, log_delta=False)
+    assert make_trainer(model_dir, off).ref_model is None  # as GRPOTrainer at beta 0
