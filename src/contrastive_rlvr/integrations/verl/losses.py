@@ -35,10 +35,10 @@ from verl.trainer.ppo import core_algos
 
 from ...algorithms import conspo_loss, get_policy_loss, loss_option_names, policy_loss
 from ...algorithms.ops import Tensor, masked_mean
-from .config import CrlvrPolicyLossConfig
+from .config import LOSS_PREFIX, CrlvrPolicyLossConfig
 from .groups import decode_conspo_targets
 
-PREFIX = "crlvr_"
+PREFIX = LOSS_PREFIX
 CONSPO_LOSS = PREFIX + "conspo"
 # The core losses whose inputs verl's loss call provides (log-probs, old log-probs,
 # advantages, mask). Losses needing more per-row inputs are left out until a
