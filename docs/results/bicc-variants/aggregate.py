@@ -101,6 +101,9 @@ def markdown(table: dict[str, dict[int, dict]]) -> str:
         + " | ".join(f"{100 * starts[k]:.1f}" for k in seeds)
         + f" | {pct(mean_ci(list(starts.values())))} | | |"
     )
+    control = "BiCC paper, mix 1 (conditioned_old's control)"
+    vs_control = paired_difference_ci(after["BiCC conditioned_old (mix 1)"], after[control])
+    lines += ["", f"conditioned_old - its control (pp, paired by seed): {pct(vs_control, True)}"]
     lines += [
         "",
         "| arm | clipped tokens, step 1 | clipped tokens, mean | context tokens | "
