@@ -206,3 +206,21 @@ def test_rendered_eval_report_shows_counts_intervals_and_the_source(tmp_path):
     value, low, high = map(float, re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", row[4]).groups())
     assert value == 0.417 and low < value < high
     assert row[-1] == "/data/hand.jsonl"
+
+
+def test_rendered_run_report_shows_the_counts_and_the_interval(tmp_path):
+    folder = tmp_path / "run"
+    _run(folder, 0, True, [0.25, 0.75])
+    summary = json.loads((folder / "summary.json").read_text())
+    summary |= {"eval_n": 1, "heldout_after": {
+        "problems": 200, "samples": 200, "correct": 124, "avg_at_n": 0.62, "ci_low": 0.555,
+        "ci_high": 0.69, "interval": "percentile bootstrap over problems"}}  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+    shown = _rendered(write_report(folder), tmp_path)
+    rows = {row[0]: row[1] for row in shown["tables"][0]}
+    assert rows["held-out avg@1 after RL"] == "0.620 [0.555, 0.690] (124/200 samples, 200 problems)"
+    # this summary has no counts for the start: the page says so instead of an interval
+    before = rows["held-out avg@1 before RL"]
+    assert before == "0.500 (no counts or interval recorded by this run's code)"
+    assert "Interval: 95% percentile bootstrap over problems." in shown["text"]
+    assert shown["images"] and all(i["width"] > 100 for i in shown["images"])
