@@ -46,8 +46,10 @@ from word_problems import integer_reward, make_rows  # noqa: E402
 
 from contrastive_rlvr.algorithms import BiCCTemplate, context_budget
 from contrastive_rlvr.algorithms.bicc import (
+    FRAMING_BUDGETS,
     build_context,
     chat_conditioned_prompt,
+    context_plan,
     resolve_placement,
 )
 from contrastive_rlvr.evaluation.generate import DEFAULT_INSTRUCTION
@@ -118,30 +120,39 @@ def conditioned_prompt(
 
 
 def measure_group(
-    model, prompt, messages, completions, correct, template, budget, placement, decode, render
-) -> dict[str, dict[int, float]]:
+    model, prompt, messages, completions, correct, template, budget, placement, decode, render,
+    framing="outside",
+) -> dict[str, dict[int, float]]:  # fmt: skip
     """Per row: ``d`` (opposite side in the context, as BiCC) and ``same`` (the same
-    framing with the other members of the row's own side), per token and per sequence."""
+    framing with the other members of the row's own side), per token and per sequence;
+    per conditioned row, how many opposite attempts its context holds whole and cut
+    (an attempt left out counts as cut, as the training metrics count it)."""
     plain = completion_logps(model, prompt, completions).sum(1)
-    out = {"opp_tok": {}, "opp_seq": {}, "same_tok": {}, "same_seq": {}, "ctx": {}}
+    out = {"opp_tok": {}, "opp_seq": {}, "same_tok": {}, "same_seq": {}, "ctx": {},
+           "whole": {}, "cut": {}}  # fmt: skip
     for side in (True, False):
         members = [i for i in range(len(completions)) if correct[i] == side]
         opposite = [i for i in range(len(completions)) if correct[i] != side]
         # BiCC shows correct rows the wrong attempts under header_wrong, and vice versa.
         header = template.header_wrong if side else template.header_correct
-        ctx = build_context([strip_eos(completions[k]) for k in opposite], header, template,
-                            budget, "middle")  # fmt: skip
+        attempts = [strip_eos(completions[k]) for k in opposite]
+        ctx = build_context(attempts, header, template, budget, "middle", framing=framing)
+        kept = context_plan([len(a) for a in attempts], header, template, budget,
+                            framing=framing)  # fmt: skip
+        whole = sum(1 for a, k in zip(attempts, kept, strict=False) if k >= len(a))
         cond = conditioned_prompt(placement, messages, prompt, ctx, decode, render)
         lp = completion_logps(model, cond, [completions[i] for i in members]).sum(1)
         for j, i in enumerate(members):
             out["opp_seq"][i] = float(lp[j] - plain[i])
             out["opp_tok"][i] = out["opp_seq"][i] / len(completions[i])
             out["ctx"][i] = len(cond) - len(prompt)
+            out["whole"][i] = whole
+            out["cut"][i] = len(attempts) - whole
         for i in members:
             others = [strip_eos(completions[k]) for k in members if k != i]
             if not others:
                 continue
-            ctx = build_context(others, header, template, budget, "middle")
+            ctx = build_context(others, header, template, budget, "middle", framing=framing)
             cond = conditioned_prompt(placement, messages, prompt, ctx, decode, render)
             lp_i = completion_logps(model, cond, [completions[i]]).sum(1)
             out["same_seq"][i] = float(lp_i[0] - plain[i])
@@ -173,6 +184,15 @@ def main() -> None:
         default="user_turn,after_prompt",
         help="comma-separated BiCC placements to measure on the same samples",
     )
+    parser.add_argument(
+        "--max-seq-len", type=int, default=None,
+        help="the length the budget is a share of (training's bicc_max_seq_len; default: "
+        "prompt + max-new-tokens)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--framing", choices=FRAMING_BUDGETS, default="outside",
+        help="training's bicc_framing_budget (default outside, training's default)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=1, help="problem seed")
     parser.add_argument("--task", default="sums", help="benchmarks/word_problems.py task")
     parser.add_argument("--gen-batch", type=int, default=8, help="prompts per generate call")
@@ -208,6 +228,7 @@ def main() -> None:
     keys = ("opp_pos", "opp_neg", "same_pos", "same_neg", "contrast")
     tables = {p: {u: {k: [] for k in keys} for u in ("tok", "seq")} for p in placements}
     context_tokens = {p: [] for p in placements}
+    whole_cut = {p: ([], []) for p in placements}
     accuracy = []
     for n, row in enumerate(rows):
         eos = tok.eos_token_id
@@ -224,6 +245,7 @@ def main() -> None:
             args.context_ratio,
             longest_prompt=len(prompts[n]),
             max_completion_length=args.max_new_tokens,
+            max_seq_len=args.max_seq_len,
         )
         pos = [i for i in range(args.group) if correct[i]]
         neg = [i for i in range(args.group) if not correct[i]]
@@ -231,9 +253,11 @@ def main() -> None:
         for placement in placements:
             m = measure_group(
                 model, prompts[n], all_messages[n], completions, correct, template, budget,
-                placement, decode, render,
+                placement, decode, render, args.framing,
             )  # fmt: skip
             context_tokens[placement] += list(m["ctx"].values())
+            whole_cut[placement][0].extend(m["whole"].values())
+            whole_cut[placement][1].extend(m["cut"].values())
             for unit in ("tok", "seq"):
                 t = tables[placement][unit]
                 for key, d, idx in (
@@ -258,11 +282,16 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
         "context_ratio": args.context_ratio,
+        "max_seq_len": args.max_seq_len,
+        "framing": args.framing,
         "accuracy_mean": sum(accuracy) / len(accuracy),
         "two_sided_prompts": len(tables[placements[0]]["tok"]["contrast"]),
         "placements": {
             p: {
                 "mean_context_tokens": sum(context_tokens[p]) / max(len(context_tokens[p]), 1),
+                # per conditioned row: opposite attempts held whole / cut or left out
+                "whole_attempts": sum(whole_cut[p][0]) / max(len(whole_cut[p][0]), 1),
+                "cut_attempts": sum(whole_cut[p][1]) / max(len(whole_cut[p][1]), 1),
                 **{
                     f"per_{'token' if u == 'tok' else 'sequence'}": {
                         k: summarise(v) for k, v in tables[p][u].items() if len(v) >= 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contrastive_rlvr.algorithms import RECIPES
+from contrastive_rlvr.algorithms import RECIPES, bicc_defaults
 from contrastive_rlvr.trainer.config_groups.bicc import RECIPE_BICC_RATIO_MODE
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.run import save_resolved_config
@@ -45,6 +45,8 @@ def _docs_table() -> dict[str, str]:
 
 def test_every_recipe_has_a_default_and_the_docs_table_states_it():
     assert RECIPE_BICC_RATIO_MODE == EXPECTED
+    # one table for both engines: verl's config reads algorithms.bicc_defaults too
+    assert RECIPE_BICC_RATIO_MODE is bicc_defaults.RECIPE_BICC_RATIO_MODE
     assert set(RECIPE_BICC_RATIO_MODE) == set(RECIPES)
     assert _docs_table() == EXPECTED
 

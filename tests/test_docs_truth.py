@@ -190,3 +190,141 @@ def test_formula_reference_is_inside_the_repository_and_names_every_recipe():
         clip = [float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", cells[3])]
         assert clip == pytest.approx([spec["clip_low"], spec["clip_high"]]), (name, row)
         assert float(cells[5]) == pytest.approx(RECIPES[name].beta), (name, row)
+
+
+# ------------------------------------------------------------- measured numbers carry a commit
+
+#: A commit as the docs cite one: 7-40 hex digits with a letter and a digit among them.
+_HEX = re.compile(r"(?<![\w/.-])([0-9a-f]{7,40})(?![\w-])")
+#: A table cell that quotes a measured number: two or more decimals, or an interval.
+_MEASURED_CELL = re.compile(r"[-+]?\d+\.\d{2,}|±|\+-")
+#: The command that produced a results folder.
+_COMMAND = re.compile(
+    r"contrastive-rlvr [a-z]+|python (?:-m \S+|\S*benchmarks/\S+)|bash (?:benchmarks|docs/results)/"
+)
+#: Tables of settings, not measurements (their numbers are defaults the code holds): the
+#: page and the table's first header cell.
+SETTINGS_TABLES = {
+    ("docs/algorithms.md", "recipe"): "each recipe's ratio, clip range, aggregation and beta",
+    ("docs/trl-parity.md", "recipe"): "the TRL fields each recipe fills",
+    ("docs/scale-out.md", "recipe"): "the verl settings of each recipe",
+}
+
+
+def _git_commits(text: str) -> set[str]:
+    """The hex strings of ``text`` that name a commit of this repository."""
+    found = sorted({h for h in _HEX.findall(text) if re.search("[a-f]", h) and re.search(r"\d", h)})
+    if not found:
+        return set()
+    done = subprocess.run(
+        ["git", "cat-file", "--batch-check"], input="".join(f"{h}^{{commit}}\n" for h in found),
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {
+        h for h, line in zip(found, done.stdout.splitlines(), strict=True) if " commit " in line
+    }
+
+
+@pytest.fixture(scope="module")
+def git_checkout() -> None:
+    if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True,
+                      check=False).returncode != 0:  # fmt: skip
+        pytest.skip("not a git checkout: the commits the docs cite cannot be looked up")
+
+
+def _outside_fences(lines: list[str]) -> list[bool]:
+    inside, keep = False, []
+    for line in lines:
+        if line.startswith("```"):
+            inside = not inside
+        keep.append(not inside and not line.startswith("```"))
+    return keep
+
+
+def _measured_tables(text: str) -> list[tuple[int, str, str]]:
+    """Each markdown table with two or more rows quoting measured numbers (outside code
+    fences): its first line, its first header cell, and the text that must name its commit:
+    its section with the subsections, and the lead text of every enclosing section."""
+    lines = text.splitlines()
+    keep = _outside_fences(lines)
+    heads = [(i, len(m.group(1))) for i, line in enumerate(lines)
+             if keep[i] and (m := re.match(r"(#{1,6}) ", line))]  # fmt: skip
+    tables, start = [], None
+    for i, line in enumerate([*lines, ""]):
+        is_row = i < len(lines) and keep[i] and line.startswith("|")
+        if is_row and start is None:
+            start = i
+        elif not is_row and start is not None:
+            tables.append((start, lines[start:i]))
+            start = None
+    found = []
+    for start, rows in tables:
+        body = rows[2:]
+        if sum(any(_MEASURED_CELL.search(c) for c in r.split("|")[2:]) for r in body) < 2:
+            continue
+        enclosing = [h for h in heads if h[0] < start]
+        own = enclosing[-1] if enclosing else (0, 1)
+        end = next((i for i, lvl in heads if i > own[0] and lvl <= own[1]), len(lines))
+        scope, level = lines[own[0] : end], own[1]
+        for i, lvl in reversed(enclosing[:-1]):
+            if lvl < level:  # an ancestor: its text up to its first subheading
+                scope += lines[i : next(j for j, _ in heads if j > i)]
+                level = lvl
+        header = rows[0].split("|")[1].strip()
+        found.append((start + 1, header, "\n".join(scope)))
+    return found
+
+
+def _docs_pages() -> list[Path]:
+    return sorted((ROOT / "docs").glob("*.md"))
+
+
+def test_each_docs_table_of_measured_numbers_names_the_commit_it_was_measured_at(git_checkout):
+    missing, tables = [], 0
+    for page in _docs_pages():
+        name = str(page.relative_to(ROOT))
+        for line, header, scope in _measured_tables(page.read_text()):
+            if (name, header) in SETTINGS_TABLES:
+                continue
+            tables += 1
+            if not _git_commits(scope):
+                missing.append(f"{name}:{line}")
+    assert tables >= 10  # the scan finds the pages' tables
+    assert missing == [], "tables with no commit in their section:\n" + "\n".join(missing)
+
+
+def _results_readmes() -> list[Path]:
+    return sorted((ROOT / "docs" / "results").rglob("README.md"))
+
+
+def test_each_results_folder_names_its_command_and_a_commit(git_checkout):
+    results = ROOT / "docs" / "results"
+    wrong = []
+    for readme in _results_readmes():
+        text = readme.read_text()
+        if not _COMMAND.search(text):
+            wrong.append(f"{readme.relative_to(ROOT)}: no command")
+        if not _git_commits(text):
+            wrong.append(f"{readme.relative_to(ROOT)}: no commit of this repository")
+    # every folder of results has a README: its own, a parent's below docs/results, or the
+    # top README's when that one links the folder
+    top = (results / "README.md").read_text()
+    for folder in sorted({p.parent for p in results.rglob("*") if p.is_file()} - {results}):
+        below = [d for d in [folder, *folder.parents] if results in d.parents]
+        if not any((d / "README.md").exists() for d in below) and f"]({below[-1].name}/" not in top:
+            wrong.append(f"{folder.relative_to(ROOT)}: no README.md naming its command")
+    assert len(_results_readmes()) >= 5
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_measured_table_scan_is_not_vacuous():
+    # a table under a heading whose section names no commit is found; a settings-like
+    # table with one measured row is not; a commit in the parent's lead text counts
+    text = (
+        "# P\nmeasured at 9c1352a\n## A\n| x | y |\n|---|---|\n| a | 0.123 |\n| b | 1.5 ± 0.2 |\n"
+        "## B\n| x | y |\n|---|---|\n| a | 0.123 |\n| b | 2 |\n"
+        "```\n| not | a table |\n```\n"
+    )
+    found = _measured_tables(text)
+    assert [(line, header) for line, header, _ in found] == [(4, "x")]
+    assert "9c1352a" in found[0][2]

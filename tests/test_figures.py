@@ -186,7 +186,7 @@ def test_report_of_a_one_seed_compare_says_no_interval(tmp_path):
         "60.0 (no interval: 1 seed)", "1",
     ]  # fmt: skip
     assert "One seed: no interval exists" in "".join(page.text)
-    assert page.tables[1][1] == ["GRPO + RCC", "0.6 (no interval: 1 seed)"]
+    assert page.tables[1][1] == ["GRPO + RCC", "0.625 (no interval: 1 seed)"]
     assert run.exists() and page.images  # the fake run's figures are in
 
 

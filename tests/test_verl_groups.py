@@ -52,9 +52,17 @@ def test_conspo_targets_round_trip_and_refuse_foreign_advantages():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.float32)
     # token-level as verl stores them: the row value on completion tokens, 0 on padding
     token = targets.unsqueeze(1) * mask
-    got_pos, margin = decode_conspo_targets(token, mask)
+    got_pos, margin, scale = decode_conspo_targets(token, mask)
     assert got_pos.tolist() == positive.tolist()
-    assert margin == pytest.approx(0.005, abs=1e-6)
+    assert margin == pytest.approx(0.005, abs=1e-6) and scale == 1.0
+    # the window scale rides on the negatives: 3 groups per usable group -> -3
+    scaled = encode_conspo_targets(positive, 0.005, 3.0)
+    assert scaled.tolist() == pytest.approx([1.005, -3.0, -3.0, 1.005])
+    assert decode_conspo_targets(scaled.unsqueeze(1) * mask, mask)[2] == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="crlvr_conspo"):  # negatives disagree on the scale
+        decode_conspo_targets(torch.tensor([[1.005], [-3.0], [-2.0]]), torch.ones(3, 1))
+    with pytest.raises(ValueError, match="scale"):
+        encode_conspo_targets(positive, 0.005, 0.5)
     # GRPO advantages (+-0.7) are not ConSPO targets
     with pytest.raises(ValueError, match="crlvr_conspo"):
         decode_conspo_targets(torch.tensor([[0.7], [-0.7]]), torch.ones(2, 1))

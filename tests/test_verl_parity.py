@@ -160,7 +160,14 @@ def test_conspo_rcc_baselines_and_targets_are_the_trl_stages(monkeypatch):
     trainer, store, batch = make_trainer(verl_config("conspo_rcc"), monkeypatch)
     trainer._compute_advantage(batch, {})
     got = torch.stack([a[0] for a in in_fixture_order(store, "advantages")])
-    want = torch.tensor(EXPECTED["conspo_rcc"]["targets"], dtype=torch.float32)
+    # The TRL stage's labels and margin (1 + m_t where R > b*, else -1); on verl the
+    # negatives carry the batch's groups per usable group (the loss's window normaliser,
+    # TRL's conspo_groups): the groups with both labels in TRL's targets.
+    trl = torch.tensor(EXPECTED["conspo_rcc"]["targets"], dtype=torch.float32)
+    labels = (trl > 0).view(-1, G)
+    usable = int((labels.any(1) & ~labels.all(1)).sum())
+    assert usable == 2 and labels.shape[0] == 3  # the fixture's batch: 3 groups, 2 usable
+    want = torch.where(trl > 0, trl, torch.tensor(-labels.shape[0] / usable))
     assert torch.equal(got, want)
     # the baseline the targets were cut at, from the estimator's own function
     from contrastive_rlvr.integrations.verl.advantages import rcc_baselines

@@ -248,6 +248,43 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     assert metrics["bicc/conditioned_frac"] == pytest.approx(0.5)
 
 
+def test_conspo_reads_no_old_log_probs_so_its_default_consistent_mode_adds_no_pass(
+    recipes, monkeypatch
+):
+    # ConSPO's unset ratio mode is the table's 'consistent' (as on TRL); its loss has no
+    # ratio, so the update does not recompute old log-probs on the conditioned rows, while
+    # a clipped recipe in the consistent mode does.
+    cfg = with_overrides(
+        recipes["conspo_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "data.max_prompt_length": 20,
+            "data.max_response_length": 20,
+        },
+    )
+    rows, batch = bicc_batch()
+    trainer, store = make_trainer(
+        cfg,
+        monkeypatch,
+        rows,
+        loss_mode="crlvr_conspo",
+        bicc=True,
+        bicc_context_ratio=0.5,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+    )
+    assert trainer.crlvr.bicc_ratio == "consistent"
+    assert not trainer_module.recomputes_old_log_probs(cfg, trainer.crlvr)
+    calls = []
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", lambda self, b, m: b)
+    trainer._compute_old_log_prob = lambda b, metrics: calls.append("old") or b
+    trainer._compute_ref_log_prob = lambda b, metrics: calls.append("ref") or b
+    trainer._update_actor(batch, {})
+    assert "old" not in calls
+    grpo = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_ratio="consistent")
+    assert trainer_module.recomputes_old_log_probs(recipes["grpo_bicc_rcc"], grpo)
+
+
 # ----------------------------------------------------------------------------- RCC
 
 

@@ -65,18 +65,17 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _ci_text(ci: dict | None, scale: float = 100.0, signed: bool = False) -> str:
-    """``78.1 ± 3.5 [74.6, 81.6]`` (scaled), or the value and "no interval (1 seed)"."""
+def _ci_text(ci: dict | None, scale: float = 100.0, signed: bool = False, digits: int = 1) -> str:
+    """``78.1 ± 3.5 [74.6, 81.6]`` (scaled, ``digits`` decimals), or the value and "no
+    interval (1 seed)"."""
     if ci is None:
         return "–"
-    fmt = "{:+.1f}" if signed else "{:.1f}"
+    fmt = f"{{:{'+' if signed else ''}.{digits}f}}"
     mean = fmt.format(scale * ci["mean"])
     if ci.get("ci_half_width") is None:
         return f"{mean} (no interval: {ci.get('n', 1)} seed)"
-    return (
-        f"{mean} ± {scale * ci['ci_half_width']:.1f} "
-        f"[{scale * ci['ci_low']:.1f}, {scale * ci['ci_high']:.1f}]"
-    )
+    half, low, high = (scale * ci[k] for k in ("ci_half_width", "ci_low", "ci_high"))
+    return f"{mean} ± {half:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _compare_section(report: dict) -> str:
@@ -99,7 +98,8 @@ def _compare_section(report: dict) -> str:
         parts.append(f"<p class=note>{_esc(report['no_interval'])}</p>")
     gv = [r for r in report["rows"] if r.get("grad_var_ratio")]
     if gv:
-        gv_rows = [[r["label"], _ci_text(r["grad_var_ratio"], scale=1.0)] for r in gv]
+        # a ratio near 1: three decimals, as compare's results.md gives it
+        gv_rows = [[r["label"], _ci_text(r["grad_var_ratio"], scale=1.0, digits=3)] for r in gv]
         parts += [
             "<h3>Gradient variance RCC / plain (ratio of means)</h3>",
             _table(["method", "ratio (mean ± t half-width [interval])"], gv_rows),

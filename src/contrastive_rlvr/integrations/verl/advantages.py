@@ -15,8 +15,8 @@ crlvr_grpo         ``group_advantages(scale_by_std=True)``          --
 crlvr_dr_grpo      ``group_advantages(scale_by_std=False)``         --
 crlvr_rcc          ``rcc_advantages(scale_by_std=True)``            reference log-probs
 crlvr_dr_grpo_rcc  ``rcc_advantages(scale_by_std=False)``           reference log-probs
-crlvr_conspo       labels ``R > threshold`` + margin                training progress
-crlvr_conspo_rcc   labels ``R > rcc_baseline`` + margin             both
+crlvr_conspo       labels ``R > threshold``, margin, window         training progress
+crlvr_conspo_rcc   labels ``R > rcc_baseline``, margin, window      both
 ================== ================================================ ======================
 
 The estimators marked as needing something get it from the ``crlvr_sync``
@@ -43,7 +43,7 @@ from ...algorithms import (
 )
 from ...algorithms.advantages import DEFAULT_EPS, DEFAULT_RCC_BOUND
 from ...algorithms.ops import Tensor
-from .groups import encode_conspo_targets, grouped_apply
+from .groups import conspo_window_scale, encode_conspo_targets, grouped_apply
 
 PREFIX = "crlvr_"
 
@@ -181,13 +181,17 @@ def _conspo(name: str, with_rcc: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         else:
             positive = rewards > threshold
         margin = conspo_margin(progress, max_margin=max_margin, warmup=margin_warmup)
-        targets = encode_conspo_targets(positive, margin).to(token_level_rewards.dtype)
+        # The whole batch is here: its groups per usable group go to the loss, which
+        # normalises every micro-batch by the window's usable groups (as the TRL path).
+        scale = conspo_window_scale(positive, index)
+        targets = encode_conspo_targets(positive, margin, scale).to(token_level_rewards.dtype)
         return _to_tokens(targets, response_mask)
 
     cut = "R > b* (RCC baseline)" if with_rcc else "R > threshold"
     estimator.__doc__ = (
-        f"ConSPO targets for the crlvr_conspo loss: positives {cut} get 1 + m_t, the rest -1, "
-        "m_t the cosine margin at this progress (arXiv:2605.12969)."
+        f"ConSPO targets for the crlvr_conspo loss: positives {cut} get 1 + m_t, the rest "
+        "-c, m_t the cosine margin at this progress (arXiv:2605.12969), c the batch's groups "
+        "per usable group (the loss's window normaliser, groups.conspo_window_scale)."
     )
     estimator.__name__ = name
     return estimator

@@ -21,12 +21,21 @@ from verl.workers.config import PolicyLossConfig
 from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, RCC_BOUNDS, BiCCTemplate
 from ...algorithms.advantages import DEFAULT_RCC_BOUND, TRL_ADV_EPS
 from ...algorithms.bicc import BICC_PAIRINGS, FRAMING_BUDGETS
+from ...algorithms.bicc_defaults import default_bicc_ratio_mode
 
 _TEMPLATE = BiCCTemplate()
 
 DELTA_REDUCTIONS = ("mean", "sum")
 TRUNCATIONS = ("head", "tail", "middle")
 KL_REFERENCES = ("conditioned", "plain")
+LOSS_PREFIX = "crlvr_"
+
+
+def loss_recipe(loss_mode: str) -> str:
+    """The recipe a verl ``policy_loss.loss_mode`` runs, as the per-recipe tables name it:
+    ``crlvr_<recipe>`` -> ``<recipe>``; verl's own losses (``vanilla``, ...) keep their
+    name, which no table lists (so they take a table's default for unlisted recipes)."""
+    return loss_mode.removeprefix(LOSS_PREFIX)
 
 
 @dataclass
@@ -59,7 +68,13 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
         bicc_header_correct, bicc_header_wrong, bicc_item_prefix, bicc_item_suffix,
             bicc_footer: the framing text, as TRL's fields of the same names.
         bicc_ratio: ``"paper"`` (old log-probs of the plain prompt) or ``"consistent"``
-            (old log-probs recomputed on the conditioned prompt). TRL's third mode,
+            (old log-probs recomputed on the conditioned prompt); unset (``None``), the
+            recipe's default from the table both engines read
+            (:data:`~contrastive_rlvr.algorithms.bicc_defaults.RECIPE_BICC_RATIO_MODE`,
+            the recipe of ``loss_mode`` by :func:`loss_recipe`): ``consistent`` for
+            ``crlvr_conspo``, ``paper`` otherwise. ConSPO's loss reads no old log-probs,
+            so under it the two modes are the same update and the ``crlvr_sync`` trainer
+            skips the recomputation. TRL's third mode,
             ``"conditioned_old"`` (policy on the plain prompt, old log-probs on the
             conditioned one), is refused: verl's actor update would need the plain rows
             with old log-probs taken on the conditioned ones, which this trainer does not
@@ -85,7 +100,7 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
     adv_eps: float = TRL_ADV_EPS
     bicc: bool = False
     bicc_context_ratio: float = 0.4
-    bicc_ratio: str = "paper"
+    bicc_ratio: str | None = None
     bicc_truncation: str = "middle"
     bicc_max_seq_len: int | None = None
     bicc_placement: str = "auto"
@@ -121,6 +136,12 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
         if not 0.0 < self.bicc_context_ratio < 1.0:
             raise ValueError(
                 f"{where}.bicc_context_ratio must be in (0, 1), got {self.bicc_context_ratio}"
+            )
+        if self.bicc_ratio is None:
+            # Resolved once here so that every reader (driver and workers) sees one mode;
+            # verl's configs are frozen after __init__.
+            object.__setattr__(
+                self, "bicc_ratio", default_bicc_ratio_mode(loss_recipe(self.loss_mode))
             )
         if self.bicc_ratio not in BICC_RATIO_MODES:
             raise ValueError(

@@ -4,8 +4,8 @@ The algorithm core wants rows laid out group by group (``G`` consecutive rows
 share a prompt). verl's batches are not: rows carry a group id (``uid``, verl's
 ``index``) and its load balancer reorders rows across data-parallel ranks. The
 functions here sort rows into groups and back, rewrite prompts for BiCC in
-batch order, carry ConSPO's positive labels and margin through verl's
-``advantages`` field, and check that a ConSPO run keeps its groups whole.
+batch order, carry ConSPO's positive labels, margin and window normaliser through
+verl's ``advantages`` field, and check that a ConSPO run keeps its groups whole.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from ...algorithms.bicc import Messages, RenderChat
 from ...algorithms.bicc_rows import BiCCRowBuilder
 from ...algorithms.ops import Tensor, masked_mean
 
-# ConSPO's targets are exact small numbers (-1 and 1 + margin); this tolerance
-# only absorbs float32 rounding of the advantage field on its way through verl.
+# ConSPO's targets are exact small numbers (-scale and 1 + margin); this tolerance
+# (relative for the scale) only absorbs float32 rounding of the advantage field on its
+# way through verl.
 TARGET_TOL = 1e-5
 
 
@@ -69,48 +70,79 @@ def grouped_apply(index: Sequence[Hashable], fn: Callable[..., Tensor], *per_row
     return out
 
 
-def encode_conspo_targets(positive: Tensor, margin: float) -> Tensor:
-    """ConSPO's per-row targets as verl advantages: ``1 + margin`` on positives, ``-1`` else.
+def conspo_window_scale(positive: Tensor, index: Sequence[Hashable]) -> float:
+    """Groups per usable group of a ConSPO window: ``n_groups / max(U, 1)``, ``U`` the
+    groups of two or more rows with both a positive and a negative (those ConSPO's loss
+    averages over, :func:`~contrastive_rlvr.algorithms.conspo.usable_groups`).
 
-    verl hands a policy loss only log-probs, ``advantages`` and a mask, so the
-    estimator passes ConSPO's labels and the step's margin ``m_t`` (cosine
-    curriculum, known on the driver) in the advantage field; the loss decodes
-    them with :func:`decode_conspo_targets`.
+    The loss divides a mini-batch's sum over groups by its groups / this scale, which is
+    the window's usable groups times the mini-batch's share of the window: the TRL path's
+    normaliser (``conspo_groups`` x share), whatever the micro-batch split and rank count.
 
     Args:
-        positive: (B,) bool. margin: m_t >= 0.
+        positive: (B,) bool labels. index: B group ids.
+    Returns:
+        a float >= 1 (1 when every group is usable).
+    """
+    rows = group_rows(index)
+    usable = sum(
+        1 for r in rows if len(r) > 1 and bool(positive[r].any()) and not bool(positive[r].all())
+    )
+    return len(rows) / max(usable, 1)
+
+
+def encode_conspo_targets(positive: Tensor, margin: float, scale: float = 1.0) -> Tensor:
+    """ConSPO's per-row targets as verl advantages: ``1 + margin`` on positives, ``-scale``
+    on negatives.
+
+    verl hands a policy loss only log-probs, ``advantages`` and a mask, so the
+    estimator passes ConSPO's labels, the step's margin ``m_t`` (cosine
+    curriculum, known on the driver) and the window's normaliser
+    (:func:`conspo_window_scale`, groups per usable group of the whole batch, known
+    only where the whole batch is) in the advantage field; the loss decodes them
+    with :func:`decode_conspo_targets`. A usable group always has a negative, so
+    every micro-batch whose loss is not 0 can read the scale.
+
+    Args:
+        positive: (B,) bool. margin: m_t >= 0. scale: >= 1.
     Returns:
         (B,) float.
     """
     if margin < 0:
         raise ValueError(f"ConSPO margin must be >= 0, got {margin}")
-    return torch.where(positive, 1.0 + margin, -1.0).to(torch.float32)
+    if scale < 1:
+        raise ValueError(f"ConSPO window scale must be >= 1 (groups / usable groups), got {scale}")
+    return torch.where(positive, 1.0 + margin, -float(scale)).to(torch.float32)
 
 
-def decode_conspo_targets(advantages: Tensor, mask: Tensor) -> tuple[Tensor, float]:
-    """Labels and margin back from token-level targets (B, T) (constant per row).
+def decode_conspo_targets(advantages: Tensor, mask: Tensor) -> tuple[Tensor, float, float]:
+    """Labels, margin and window scale back from token-level targets (B, T) (constant
+    per row).
 
     Returns:
-        ``positive`` (B,) bool and the margin (0 when the batch has no positive).
+        ``positive`` (B,) bool, the margin (0 when the batch has no positive) and the
+        window scale (1 when it has no negative: no usable group, the loss is 0).
     Raises:
-        ValueError when a row is neither -1 nor 1 + m, or positives disagree on m:
-        the advantages did not come from a ``crlvr_conspo*`` estimator.
+        ValueError when positives disagree on m, negatives on the scale, or a negative
+        is above -1: the advantages did not come from a ``crlvr_conspo*`` estimator.
     """
     per_row = masked_mean(advantages, mask, dim=1)  # (B,)
     positive = per_row > 0
-    negative_ok = torch.isclose(per_row[~positive], torch.tensor(-1.0), atol=TARGET_TOL)
+    scales = -per_row[~positive]
     margins = per_row[positive] - 1.0
     if (
-        not bool(negative_ok.all())
+        bool((scales < 1.0 - TARGET_TOL).any())
+        or (scales.numel() > 0 and float(scales.max() - scales.min()) > TARGET_TOL * scales.max())
         or bool((margins < -TARGET_TOL).any())
         or (margins.numel() > 0 and float(margins.max() - margins.min()) > TARGET_TOL)
     ):
         raise ValueError(
             "the crlvr_conspo loss needs the targets of a crlvr_conspo or crlvr_conspo_rcc "
-            "advantage estimator (-1 or 1 + margin per row); set algorithm.adv_estimator"
+            "advantage estimator (-scale or 1 + margin per row); set algorithm.adv_estimator"
         )
     margin = float(margins.mean().clamp(min=0.0)) if margins.numel() else 0.0
-    return positive, margin
+    scale = float(scales.mean().clamp(min=1.0)) if scales.numel() else 1.0
+    return positive, margin, scale
 
 
 @dataclass

@@ -16,7 +16,9 @@ Which verl setting maps to which option:
   GMPO are sequence-level by definition and ignore it;
 - ``global_batch_info``: ``global_batch_size / dp_size`` -> ``num_rows``,
   ``batch_num_tokens / dp_size`` -> ``num_tokens``, ``loss_scale_factor`` ->
-  ``max_len`` (so summing micro-batches gives the full-batch value);
+  ``max_len`` (so summing micro-batches gives the full-batch value); ConSPO's
+  divisor is the rank's share of the window's usable groups, from the same info
+  and the scale its estimator puts in the targets;
 - the KL term stays verl's (``actor.use_kl_loss``, ``kl_loss_coef``,
   ``kl_loss_type=low_var_kl`` is the k3 estimator, clamped to [-10, 10]);
 - verl's dual clip (``clip_ratio_c``) is not applied; rollout-correction
@@ -33,10 +35,10 @@ from verl.trainer.ppo import core_algos
 
 from ...algorithms import conspo_loss, get_policy_loss, loss_option_names, policy_loss
 from ...algorithms.ops import Tensor, masked_mean
-from .config import CrlvrPolicyLossConfig
+from .config import LOSS_PREFIX, CrlvrPolicyLossConfig
 from .groups import decode_conspo_targets
 
-PREFIX = "crlvr_"
+PREFIX = LOSS_PREFIX
 CONSPO_LOSS = PREFIX + "conspo"
 # The core losses whose inputs verl's loss call provides (log-probs, old log-probs,
 # advantages, mask). Losses needing more per-row inputs are left out until a
@@ -125,7 +127,7 @@ def conspo_policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """ConSPO (arXiv:2605.12969) as a verl policy loss.
 
-    Labels and the step's margin come in ``advantages`` from a
+    Labels, the step's margin and the window's scale come in ``advantages`` from a
     ``crlvr_conspo*`` estimator (:func:`.groups.decode_conspo_targets`); ``tau``
     from :class:`.config.CrlvrPolicyLossConfig`; the group size is
     ``config.rollout_n`` and the micro-batch must hold whole groups in order
@@ -133,13 +135,18 @@ def conspo_policy_loss(
     ``loss_agg_mode`` are not used: ConSPO scores length-normalised log-probs,
     without a ratio.
 
-    Normaliser: with verl's global batch info the micro-batch loss is the sum
-    of ``-J(q)`` over its groups divided by the rank's share of groups in the
-    mini-batch, so that summing micro-batches and averaging ranks gives the
-    mean over *all* groups of the mini-batch; the paper averages over the
-    groups with both positives and negatives, which differs by the share of
-    such groups (a per-step scale, logged as ``crlvr/conspo/valid_groups``).
-    Without global info the loss is the core's (mean over usable groups).
+    Normaliser, window-wide as on the TRL path: the micro-batch's sum of ``-J(q)``
+    over its usable groups is divided by this rank's share of the window's usable
+    groups, ``rows / (G * c)``, where ``rows`` is the rank's share of the mini-batch
+    (``global_batch_size / dp_size`` from verl's global batch info, which verl's
+    engine always sets; a direct call without it is taken as the whole mini-batch)
+    and ``c`` the batch's groups per usable group, carried in
+    the targets (:func:`.groups.conspo_window_scale`). verl sums the micro-batch
+    losses and averages the ranks' gradients, so an optimizer step's gradient is the
+    sum over the mini-batch's usable groups divided by the window's usable groups x
+    the mini-batch's share of the batch: the paper's mean over usable groups when
+    one mini-batch takes the whole batch, and the same for any micro-batch split and
+    number of ranks.
     """
     _refuse_is_weights(CONSPO_LOSS, rollout_is_weights)
     if config is None or not isinstance(config.policy_loss, CrlvrPolicyLossConfig):
@@ -149,7 +156,11 @@ def conspo_policy_loss(
         )
     mask = response_mask.to(log_prob.dtype)
     group_size = int(config.rollout_n)
-    positive, margin = decode_conspo_targets(advantages, mask)
+    positive, margin, scale = decode_conspo_targets(advantages, mask)
+    info = dict(config.get("global_batch_info") or {})
+    rows = float(log_prob.shape[0])
+    if info.get("global_batch_size") is not None:
+        rows = float(info["global_batch_size"]) / (info.get("dp_size") or 1)
     loss, metrics = conspo_loss(
         log_prob,
         mask,
@@ -158,13 +169,8 @@ def conspo_policy_loss(
         tau=config.policy_loss.tau,
         margin=margin,
         threshold=0.5,
+        num_groups=rows / (group_size * scale),
     )
-    info = dict(config.get("global_batch_info") or {})
-    if info.get("global_batch_size") is not None:
-        dp = info.get("dp_size") or 1
-        groups_per_rank = float(info["global_batch_size"]) / dp / group_size
-        valid = float(metrics["conspo/valid_groups"]) * (log_prob.shape[0] // group_size)
-        loss = loss * (valid / groups_per_rank)
     out = _metrics(metrics)
     out["crlvr/conspo/margin"] = margin
     return loss, out

@@ -138,7 +138,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
             "it); set it to false (docs/scale-out.md)"
         )
     options = crlvr_options(config)
-    if options.bicc and options.bicc_ratio == "consistent":
+    if recomputes_old_log_probs(config, options):
         if _rollout_correction(config).get("bypass_mode", False):
             raise ValueError(
                 "policy_loss.bicc_ratio='consistent' recomputes the old log-probs on the "
@@ -185,6 +185,14 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
         )
 
 
+def recomputes_old_log_probs(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
+    """Whether the actor update recomputes the old log-probs on the conditioned prompt:
+    BiCC's ``consistent`` ratio mode, except under ConSPO's loss, which reads no old
+    log-probs (no ratio; the same update in either mode, without the extra pass)."""
+    loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
+    return options.bicc and options.bicc_ratio == "consistent" and loss_mode != CONSPO_LOSS
+
+
 def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
     """Whether the KL term's reference is recomputed on the conditioned prompt:
     ``bicc_kl_reference='conditioned'`` with a KL loss, in every ratio mode, as the TRL
@@ -215,7 +223,7 @@ def bicc_token_limits(config: DictConfig, options: CrlvrPolicyLossConfig) -> dic
             int(arr.actor.ppo_max_token_len_per_gpu) * sp
         )
     passes = []
-    if options.bicc_ratio == "consistent":
+    if recomputes_old_log_probs(config, options):
         passes.append(("rollout", arr.get("rollout", None)))
     if conditioned_reference(config, options):
         passes.append(("ref", arr.get("ref", None)))
@@ -424,7 +432,7 @@ class CrlvrTrainer(PPOTrainerSync):
             return super()._update_actor(batch, metrics)
         plain = self._condition_on_opposite(batch, metrics)
         try:
-            if self.crlvr.bicc_ratio == "consistent":
+            if recomputes_old_log_probs(self.config, self.crlvr):
                 # The recomputation's own entropy metric would describe the conditioned
                 # prompts; the step keeps the one of the plain rollout.
                 self._compute_old_log_prob(batch, metrics={})
@@ -439,7 +447,7 @@ class CrlvrTrainer(PPOTrainerSync):
     def _condition_on_opposite(self, batch: KVBatchMeta, metrics: dict) -> dict[str, Any]:
         """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the plain rows."""
         fields = ["prompts", "input_ids", "position_ids"]
-        if self.crlvr.bicc_ratio == "consistent":
+        if recomputes_old_log_probs(self.config, self.crlvr):
             fields += ["old_log_probs", "entropy"]
         if conditioned_reference(self.config, self.crlvr):
             fields.append("ref_log_prob")

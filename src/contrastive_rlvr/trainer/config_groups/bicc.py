@@ -7,27 +7,14 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, BiCCTemplate
+from ...algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE, default_bicc_ratio_mode
 from .common import check
 
+# RECIPE_BICC_RATIO_MODE (the per-recipe default of bicc_ratio_mode) lives in
+# algorithms.bicc_defaults, which verl's config reads too; tested against docs/bicc.md in
+# tests/test_bicc_ratio_mode_default.py.
+
 _TEMPLATE = BiCCTemplate()
-
-#: The ratio mode a recipe takes when ``bicc_ratio_mode`` is left unset; a recipe not
-#: listed (one registered by a user) takes ``paper``. Chosen from the measured step-1 clip
-#: fractions and results of docs/bicc.md ("Ratio mode per recipe"); tested against that
-#: table in tests/test_bicc_ratio_mode_default.py.
-RECIPE_BICC_RATIO_MODE: dict[str, str] = {
-    "grpo": "paper",
-    "dr_grpo": "paper",
-    "dapo": "paper",
-    "gmpo": "paper",
-    "gspo": "paper",
-    "conspo": "consistent",
-}
-
-
-def default_bicc_ratio_mode(recipe: str) -> str:
-    """The ratio mode of ``recipe`` when the user sets none (:data:`RECIPE_BICC_RATIO_MODE`)."""
-    return RECIPE_BICC_RATIO_MODE.get(recipe, "paper")
 
 
 @dataclass
