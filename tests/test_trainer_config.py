@@ -89,7 +89,9 @@ def test_cli_lists_the_fields():
 
     result = CliRunner().invoke(app, ["train", "--fields"])
     assert result.exit_code == 0
-    assert "--bicc_context_ratio" in result.output and "--learning_rate" in result.output
+    lines = result.stdout.splitlines()  # one per field: name, type, this run's value, help
+    assert any(ln.startswith("bicc_context_ratio  float  0.4  ") for ln in lines)
+    assert any(ln.startswith("learning_rate  float  0.0001  ") for ln in lines)
 
 
 def test_cli_reports_a_bad_value_without_a_traceback(tmp_path):
