@@ -535,19 +535,54 @@ def test_dapo_layout_trains_with_nested_columns_reaching_the_reward(tmp_path):
             assert solution == written["extra_info"]["solution"]
 
 
-def test_the_paper_recipes_say_the_reward_does_not_read_dapos_answer_line():
-    from contrastive_rlvr.rewards.extract import extract_answer
+def test_the_paper_recipes_reward_scores_a_dapo_style_completion(tmp_path):
+    """DAPO-Math-17k's prompts ask for a last line "Answer: X": each paper recipe's reward,
+    as the recipe names it (TRL: its rewards; verl: its custom_reward_function), scores
+    such completions against the dataset's reward_model.ground_truth."""
+    import importlib
 
-    # DAPO-Math-17k's instruction asks for a last line "Answer: X": the extractor reads none
-    # of it, so every paper recipe says so (drop the note when the extractor reads it).
-    assert extract_answer("3 + 4 = 7.\nAnswer: 7") is None
-    assert extract_answer("3 + 4 = 7.\nAnswer: \\boxed{7}") == "7"
-    paper = sorted((TESTS.parent / "recipes" / "paper").glob("*/*.yaml"))
-    assert len(paper) == 40
-    for path in paper:
-        assert "prompts ask for a last line 'Answer: X', which it does not read" in (
-            " ".join(path.read_text().replace("#", " ").split())
-        ), path
+    import yaml
+
+    from contrastive_rlvr.rewards import resolve_reward
+    from contrastive_rlvr.trainer.parse import parse_config
+    from contrastive_rlvr.trainer.preflight import load_dataset_of
+
+    # one completion per DAPO_PROBLEMS row (gold 7, 6, 144); the last one is wrong
+    completions = ["3 + 4 = 7.\nAnswer: 7", "A hexagon has six sides.\n\n**Answer:** $6$",
+                   "12 * 12 = 124.\nAnswer: 124"]  # fmt: skip
+    expected = [1.0, 1.0, 0.0]
+    stand_in = _write(tmp_path / "dapo-math-17k.parquet", dapo_rows())
+    args = ["--bf16", "false", "--dataset", str(stand_in)]
+    configs = [parse_config(recipe, args) for recipe in PAPER_TRL]
+    assert len(configs) == 20 and {tuple(c.rewards) for c in configs} == {("math_verify",)}
+    ds = load_dataset_of(configs[0]).dataset
+    columns = {c: ds[c] for c in ds.column_names if c != "prompt"}
+    messages = [[{"role": "assistant", "content": c}] for c in completions]
+    reward = resolve_reward(configs[0].rewards[0])
+    try:
+        assert reward(prompts=ds["prompt"], completions=messages, **columns) == expected
+    finally:
+        reward.close()
+
+    paper_verl = sorted((TESTS.parent / "recipes" / "paper" / "verl").glob("*.yaml"))
+    named = {str(yaml.safe_load(p.read_text())["reward"]["custom_reward_function"])
+             for p in paper_verl}  # fmt: skip
+    assert len(paper_verl) == 20 and len(named) == 1
+    function = yaml.safe_load(paper_verl[0].read_text())["reward"]["custom_reward_function"]
+    assert function["path"].startswith("pkg://")
+    module = importlib.import_module(function["path"].removeprefix("pkg://"))
+    compute_score = getattr(module, function["name"])
+    rows = dapo_rows()
+    scores = [
+        compute_score(r["data_source"], c, r["reward_model"]["ground_truth"], r["extra_info"])
+        for c, r in zip(completions, rows, strict=True)
+    ]
+    assert scores == expected
+    # and no recipe still tells the user the line is not read
+    for path in [*PAPER_TRL, *paper_verl]:
+        text = " ".join(path.read_text().replace("#", " ").split())
+        assert "reads the last line 'Answer: X' that DAPO-Math-17k's prompts ask for" in text
+        assert "which it does not read" not in text, path
 
 
 def test_the_default_reference_model_is_the_delta_diagnostics_one(tmp_path):
