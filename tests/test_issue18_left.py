@@ -293,6 +293,46 @@ def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "config.yaml").exists()
 
 
+@pytest.mark.parametrize("flag", ["load_in_4bit", "load_in_8bit"])
+def test_quantization_without_bitsandbytes_is_refused_before_the_model_loads(
+    tmp_path, monkeypatch, flag
+):
+    import importlib.util
+
+    import contrastive_rlvr.trainer.run as run_module
+
+    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the model started loading")
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a),
+    )  # fmt: skip
+    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
+    result = CliRunner().invoke(app, ["train", *_tiny_run_args(tmp_path), f"--{flag}", "true"])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        f"error: {flag}=true needs bitsandbytes, which is not installed; pip install "
+        f"bitsandbytes (quantized training runs on a CUDA GPU), or set {flag}=false"
+    ]
+    assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_load_in_4bit_reaches_from_pretrained_as_trls_quantization_config():
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.model_options import model_load_kwargs
+
+    config = RLVRConfig(model="m", dataset="d.jsonl", load_in_4bit=True, dtype="bfloat16",
+                        bnb_4bit_quant_type="nf4", use_bnb_nested_quant=True)  # fmt: skip
+    q = model_load_kwargs(config)["quantization_config"]
+    assert (q.load_in_4bit, q.load_in_8bit) == (True, False)
+    assert (q.bnb_4bit_quant_type, q.bnb_4bit_use_double_quant) == ("nf4", True)
+    assert str(q.bnb_4bit_compute_dtype) == "torch.bfloat16"
+    assert "quantization_config" not in model_load_kwargs(RLVRConfig(model="m", dataset="d.jsonl"))
+
+
 # -- item: local json / jsonl / parquet / csv through datasets.load_dataset --------------
 
 ROWS = [

@@ -153,6 +153,19 @@ def check_push_to_hub(config: Any) -> None:
         ) from err
 
 
+def check_quantization(config: Any) -> None:
+    """``load_in_4bit`` / ``load_in_8bit`` (TRL's ModelConfig): bitsandbytes is installed,
+    checked now rather than inside ``from_pretrained`` after the data and rewards loaded."""
+    import importlib.util
+
+    asked = [f for f in ("load_in_4bit", "load_in_8bit") if getattr(config, f, False)]
+    if asked and importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError(
+            f"{asked[0]}=true needs bitsandbytes, which is not installed; pip install "
+            f"bitsandbytes (quantized training runs on a CUDA GPU), or set {asked[0]}=false"
+        )
+
+
 def check_output_dir(path: str | os.PathLike[str]) -> None:
     """The output directory is named, and can be created and written to."""
     if not str(path).strip():
@@ -199,6 +212,7 @@ def preflight(config: Any) -> PreflightResult:
     check_output_dir(config.output_dir)
     check_report_to(config.report_to)
     check_push_to_hub(config)
+    check_quantization(config)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
