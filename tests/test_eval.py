@@ -167,3 +167,41 @@ def test_eval_of_a_file_with_a_field_mapping_records_what_it_read(tiny_model_dir
     ]
     assert golds == ["1", "2", "3"]
     assert f"sums: read from {data}" in result.output.replace("\n", "")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [([], True), (["--no-answer-line"], False), (["--no_answer_line"], False),
+     (["--answer-line"], True)],
+)  # fmt: skip
+def test_eval_cli_reads_the_answer_line_unless_told_not_to(tmp_path, monkeypatch, flags,
+                                                           expected):  # fmt: skip
+    import contrastive_rlvr.evaluation as evaluation
+
+    configs = []
+    monkeypatch.setattr(evaluation, "evaluate", configs.append)
+    args = ["eval", "--model", "m", "--benchmarks", "gsm8k", "--n", "1", *flags]
+    result = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert [c.answer_line for c in configs] == [expected]
+
+
+@pytest.mark.parametrize("answer_line", [True, False])
+def test_eval_config_answer_line_reaches_the_reward(tiny_model_dir, tmp_path, monkeypatch,
+                                                    answer_line):  # fmt: skip
+    import contrastive_rlvr.evaluation.run as run
+
+    built = []
+
+    def recording(**kwargs):
+        built.append(kwargs)
+        raise RuntimeError("stop once the reward is built")
+
+    monkeypatch.setattr(run, "MathVerifyReward", recording)
+    config = EvalConfig(model=str(tiny_model_dir), benchmarks=["gsm8k"], n=1, limit=1,
+                        max_new_tokens=2, output_dir=str(tmp_path / "out"),
+                        benchmarks_dir=str(PACKAGED_DIR), progress=False,
+                        answer_line=answer_line)  # fmt: skip
+    with pytest.raises(RuntimeError, match="stop once"):
+        evaluate(config)
+    assert [b["answer_line"] for b in built] == [answer_line]

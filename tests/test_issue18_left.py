@@ -293,6 +293,46 @@ def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "config.yaml").exists()
 
 
+@pytest.mark.parametrize("flag", ["load_in_4bit", "load_in_8bit"])
+def test_quantization_without_bitsandbytes_is_refused_before_the_model_loads(
+    tmp_path, monkeypatch, flag
+):
+    import importlib.util
+
+    import contrastive_rlvr.trainer.run as run_module
+
+    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the model started loading")
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a),
+    )  # fmt: skip
+    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
+    result = CliRunner().invoke(app, ["train", *_tiny_run_args(tmp_path), f"--{flag}", "true"])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        f"error: {flag}=true needs bitsandbytes, which is not installed; pip install "
+        f"bitsandbytes (quantized training runs on a CUDA GPU), or set {flag}=false"
+    ]
+    assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_load_in_4bit_reaches_from_pretrained_as_trls_quantization_config():
+    from contrastive_rlvr.trainer import RLVRConfig
+    from contrastive_rlvr.trainer.model_options import model_load_kwargs
+
+    config = RLVRConfig(model="m", dataset="d.jsonl", load_in_4bit=True, dtype="bfloat16",
+                        bnb_4bit_quant_type="nf4", use_bnb_nested_quant=True)  # fmt: skip
+    q = model_load_kwargs(config)["quantization_config"]
+    assert (q.load_in_4bit, q.load_in_8bit) == (True, False)
+    assert (q.bnb_4bit_quant_type, q.bnb_4bit_use_double_quant) == ("nf4", True)
+    assert str(q.bnb_4bit_compute_dtype) == "torch.bfloat16"
+    assert "quantization_config" not in model_load_kwargs(RLVRConfig(model="m", dataset="d.jsonl"))
+
+
 # -- item: local json / jsonl / parquet / csv through datasets.load_dataset --------------
 
 ROWS = [
@@ -535,19 +575,54 @@ def test_dapo_layout_trains_with_nested_columns_reaching_the_reward(tmp_path):
             assert solution == written["extra_info"]["solution"]
 
 
-def test_the_paper_recipes_say_the_reward_does_not_read_dapos_answer_line():
-    from contrastive_rlvr.rewards.extract import extract_answer
+def test_the_paper_recipes_reward_scores_a_dapo_style_completion(tmp_path):
+    """DAPO-Math-17k's prompts ask for a last line "Answer: X": each paper recipe's reward,
+    as the recipe names it (TRL: its rewards; verl: its custom_reward_function), scores
+    such completions against the dataset's reward_model.ground_truth."""
+    import importlib
 
-    # DAPO-Math-17k's instruction asks for a last line "Answer: X": the extractor reads none
-    # of it, so every paper recipe says so (drop the note when the extractor reads it).
-    assert extract_answer("3 + 4 = 7.\nAnswer: 7") is None
-    assert extract_answer("3 + 4 = 7.\nAnswer: \\boxed{7}") == "7"
-    paper = sorted((TESTS.parent / "recipes" / "paper").glob("*/*.yaml"))
-    assert len(paper) == 40
-    for path in paper:
-        assert "prompts ask for a last line 'Answer: X', which it does not read" in (
-            " ".join(path.read_text().replace("#", " ").split())
-        ), path
+    import yaml
+
+    from contrastive_rlvr.rewards import resolve_reward
+    from contrastive_rlvr.trainer.parse import parse_config
+    from contrastive_rlvr.trainer.preflight import load_dataset_of
+
+    # one completion per DAPO_PROBLEMS row (gold 7, 6, 144); the last one is wrong
+    completions = ["3 + 4 = 7.\nAnswer: 7", "A hexagon has six sides.\n\n**Answer:** $6$",
+                   "12 * 12 = 124.\nAnswer: 124"]  # fmt: skip
+    expected = [1.0, 1.0, 0.0]
+    stand_in = _write(tmp_path / "dapo-math-17k.parquet", dapo_rows())
+    args = ["--bf16", "false", "--dataset", str(stand_in)]
+    configs = [parse_config(recipe, args) for recipe in PAPER_TRL]
+    assert len(configs) == 20 and {tuple(c.rewards) for c in configs} == {("math_verify",)}
+    ds = load_dataset_of(configs[0]).dataset
+    columns = {c: ds[c] for c in ds.column_names if c != "prompt"}
+    messages = [[{"role": "assistant", "content": c}] for c in completions]
+    reward = resolve_reward(configs[0].rewards[0])
+    try:
+        assert reward(prompts=ds["prompt"], completions=messages, **columns) == expected
+    finally:
+        reward.close()
+
+    paper_verl = sorted((TESTS.parent / "recipes" / "paper" / "verl").glob("*.yaml"))
+    named = {str(yaml.safe_load(p.read_text())["reward"]["custom_reward_function"])
+             for p in paper_verl}  # fmt: skip
+    assert len(paper_verl) == 20 and len(named) == 1
+    function = yaml.safe_load(paper_verl[0].read_text())["reward"]["custom_reward_function"]
+    assert function["path"].startswith("pkg://")
+    module = importlib.import_module(function["path"].removeprefix("pkg://"))
+    compute_score = getattr(module, function["name"])
+    rows = dapo_rows()
+    scores = [
+        compute_score(r["data_source"], c, r["reward_model"]["ground_truth"], r["extra_info"])
+        for c, r in zip(completions, rows, strict=True)
+    ]
+    assert scores == expected
+    # and no recipe still tells the user the line is not read
+    for path in [*PAPER_TRL, *paper_verl]:
+        text = " ".join(path.read_text().replace("#", " ").split())
+        assert "reads the last line 'Answer: X' that DAPO-Math-17k's prompts ask for" in text
+        assert "which it does not read" not in text, path
 
 
 def test_the_default_reference_model_is_the_delta_diagnostics_one(tmp_path):

@@ -145,3 +145,67 @@ def test_unicode_digits_in_extraction_and_gold():
     # the last number, Arabic-Indic: one number, not the digits of two
     assert extract_answer("\u0663 + \u0669 = \u0661\u0662", last_number_fallback=True) == "12"
     assert normalize_answer(" \uff11\uff12 ") == "12"
+
+
+# -- the answer line (DAPO-Math-17k's "The last line ... of the form Answer: $Answer") ----
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("3 + 4 = 7, so\nAnswer: 7", "7"),
+        # the math delimiters DAPO's "$Answer" invites are removed, LaTeX kept
+        ("Half of it.\nAnswer: $\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("Answer: \\(x + 1\\)", "x + 1"),
+        ("Answer: $$12$$.", "12"),
+        # the last answer line wins (the model corrected itself)
+        ("Answer: 3\nNo, I dropped a sign.\nAnswer: -3", "-3"),
+        # any case; "Final answer" too
+        ("ANSWER: 7", "7"),
+        ("answer: 7", "7"),
+        ("Final Answer: 12", "12"),
+        # Markdown emphasis and list / heading marks around the word or the value
+        ("**Answer:** 7", "7"),
+        ("**Answer: 7**", "7"),
+        ("**Answer**: 7", "7"),
+        ("Answer: **7**.", "7"),
+        ("### Answer: 7", "7"),
+        ("- Answer: 7", "7"),
+        # the value is the rest of the line: a decimal keeps its point
+        ("Answer: 7.5\nThat is all.", "7.5"),
+        # "Answer:" alone on its line: the answer is on the next non-blank line
+        ("Answer:\n\n  7  ", "7"),
+        # only a line that starts with the word: an echoed instruction is no answer
+        ("The last line should be of the form Answer: $Answer", None),
+        ("so the answer: 7", None),
+    ],
+)
+def test_the_last_answer_line_is_read(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_an_empty_last_answer_line_states_nothing():
+    assert extract_answer("I am not sure.\nAnswer:") is None
+    assert extract_answer("Answer: $ $") is None
+    # not an earlier line either: the last one stated nothing
+    assert extract_answer("Answer: 4\nHmm.\nAnswer:   ") is None
+    # and the last-number fallback, when asked for, goes on as after an empty box
+    assert extract_answer("3 + 4 = 7.\nAnswer:", last_number_fallback=True) == "7"
+
+
+def test_tags_and_boxes_win_over_an_answer_line_wherever_it_is():
+    # a completion with a box or tags is scored as before the line was read
+    assert extract_answer("\\boxed{5}\nAnswer: 7") == "5"
+    assert extract_answer("Answer: 7\nso \\boxed{5}") == "5"
+    assert extract_answer("Answer: \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert extract_answer("<answer>2</answer>\nAnswer: 3") == "2"
+    # an empty box (echoed from the prompt) does not hide the line
+    assert extract_answer("Put it within \\boxed{}.\nAnswer: 9") == "9"
+    # the line beats the last-number fallback
+    assert extract_answer("3 + 4 = 7 apples\nAnswer: 8", last_number_fallback=True) == "8"
+
+
+def test_answer_line_false_reads_tags_and_boxes_only():
+    assert extract_answer("Answer: 7", answer_line=False) is None
+    assert extract_answer("Answer: 7", answer_line=False, last_number_fallback=True) == "7"
+    assert extract_answer("\\boxed{5}\nAnswer: 7", answer_line=False) == "5"

@@ -237,3 +237,16 @@ def test_trl_compatibility_name_pickle_and_errors(reward):
         reward(["p"], [boxed("1")], answer=["1", "2"])
     with pytest.raises(ValueError, match="whole number of seconds"):
         MathVerifyReward(timeout=0)
+
+
+def test_a_dapo_answer_line_is_verified_and_can_be_turned_off(reward):
+    # DAPO-Math-17k's format: the last line "Answer: $Answer", checked by math-verify
+    completions = ["3 + 4 = 7.\nAnswer: 7", "So half.\n**Answer:** $\\frac{1}{2}$",
+                   "Answer: 6\nNo:\nAnswer: 8", "Answer:"]  # fmt: skip
+    assert reward(["p"] * 4, completions, answer=["7", "0.5", "6", "7"]) == [1.0, 1.0, 0.0, 0.0]
+    assert [s.status for s in reward.score(completions[2:], ["6", "7"])] == ["wrong", "no_answer"]
+    with MathVerifyReward(timeout=TIMEOUT, workers=1, answer_line=False) as off:
+        assert off.extract(completions[0]) is None
+        copy = pickle.loads(pickle.dumps(off))
+        assert copy.answer_line is False and copy.extract(completions[0]) is None
+        assert off(["p"], [completions[0]], answer=["7"]) == [0.0]

@@ -40,9 +40,9 @@ ADDITIONS = ("bicc", "rcc")
 TRL_GPUS, VERL_GPUS = 8, 16
 # The reward's extraction (rewards/extract.py) against DAPO-Math-17k's own instruction.
 REWARD_NOTE = (
-    "Reward: math_verify scores the last \\boxed{} (or <answer>) of a completion, while",
-    "DAPO-Math-17k's prompts ask for a last line 'Answer: X', which it does not read: ask",
-    "for the box as well, or give a reward that reads that line.",
+    "Reward: math_verify reads the last line 'Answer: X' that DAPO-Math-17k's prompts ask",
+    "for (when a completion has no <answer> tag and no \\boxed{}, which come first;",
+    "src/contrastive_rlvr/rewards/extract.py), and checks it with math-verify.",
 )
 
 # GPU-hours, an ESTIMATE (nothing here was run on a GPU), worked out as
@@ -130,7 +130,6 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
             "its prompt is a chat message list, the answer the nested reward_model.ground_truth",
             "(answer_field below), the id extra_info.index.",
             *REWARD_NOTE,
-            "  (TRL path: --instruction default adds the box instruction after the dataset's.)",
         ]
     )
     return path, {"text": text, "config": cfg}

@@ -338,6 +338,12 @@ def eval_command(
         "--last_number_fallback",
         help="Score the last number when no answer is boxed.",
     ),
+    answer_line: bool = typer.Option(
+        True,
+        "--answer-line/--no-answer-line",
+        "--answer_line/--no_answer_line",
+        help="Read a last 'Answer: X' line when a completion has no <answer> and no box.",
+    ),
 ) -> None:
     """Sample n completions per problem, verify them, print avg@n, pass@k, unparsable."""
     from .evaluation import EvalConfig, evaluate
@@ -357,6 +363,7 @@ def eval_command(
         output_dir=str(output_dir),
         benchmarks_dir=str(benchmarks_dir) if benchmarks_dir else None,
         last_number_fallback=last_number_fallback,
+        answer_line=answer_line,
     )
     _run(evaluate, cfg)
 

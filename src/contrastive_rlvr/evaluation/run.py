@@ -92,6 +92,8 @@ class EvalConfig:
     reward_timeout: int = 3
     reward_workers: int = 2
     last_number_fallback: bool = False
+    answer_line: bool = True
+    """Read a last ``Answer: X`` line when a completion has no ``<answer>`` and no box."""
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -363,6 +365,7 @@ def evaluate(
             timeout=config.reward_timeout,
             workers=config.reward_workers,
             last_number_fallback=config.last_number_fallback,
+            answer_line=config.answer_line,
         ) as reward,
         Progress(
             TextColumn("{task.description}"),

@@ -15,6 +15,7 @@ workers import math-verify themselves.
 from .extract import (
     completion_text,
     extract_answer,
+    last_answer_line,
     last_boxed,
     last_number,
     normalize_answer,
@@ -37,6 +38,7 @@ __all__ = [
     "completion_text",
     "extract_answer",
     "has_format",
+    "last_answer_line",
     "last_boxed",
     "last_number",
     "load_gym_task",

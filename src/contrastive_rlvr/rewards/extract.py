@@ -9,10 +9,34 @@ often restate or correct themselves before the final answer):
    before parsing, so ``<answer>70</answer>`` yields ``70``, not ``70<``.
 2. The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces
    matched with nesting, so ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``.
-3. Optionally, the last number in the text (``-1,234.5``, ``3/4``).
+3. The last answer line, the form DAPO-Math-17k's prompts ask for ("The last
+   line of your response should be of the form Answer: $Answer"): a line that
+   starts with ``Answer:`` (any case, optionally ``Final Answer:``, optionally
+   in Markdown emphasis or after a heading/list/quote marker: ``**Answer:** 7``,
+   ``**Answer: 7**``, ``### Final answer: 7``). The answer is the rest of that
+   line; when nothing follows on it, the next non-blank line (DAPO's own
+   verifier reads ``Answer\\s*:\\s*(.+)``, whose ``\\s*`` crosses a line break).
+   Around the answer, Markdown emphasis, one trailing period and one pair of
+   math delimiters (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) are
+   removed: ``Answer: $\\frac{1}{2}$.`` yields ``\\frac{1}{2}``. Only a line
+   *starting* with the word counts, so an echoed instruction ("...of the form
+   Answer: $Answer") or "the answer: 7" mid-sentence is not read.
+   ``answer_line=False`` turns this step off.
+4. Optionally, the last number in the text (``-1,234.5``, ``3/4``).
 
-Empty tags or an empty box (``within \\boxed{}`` echoed from the prompt)
-count as absent.
+Empty tags, an empty box (``within \\boxed{}`` echoed from the prompt) or a
+last answer line with nothing after it count as absent: the search goes on to
+the next step, not to an earlier tag, box or line.
+
+Why the answer line is on by default and comes after tags and boxes: it is the
+only way DAPO-Math-17k's completions state their answer, so the BiCC paper's
+recipes (recipes/paper/) score that dataset's format with the default
+``math_verify`` reward and no setting; and since it is tried only when a
+completion has no ``<answer>`` and no ``\\boxed{}``, every completion that has
+one of those is scored exactly as before the line was read (a completion with
+both a box and an answer line is scored by its box). The only completions whose
+score can change are those that stated their answer on an answer line alone,
+which were counted as stating nothing.
 
 Before extraction, and for gold answers in :func:`normalize_answer`, other
 Unicode spellings of ASCII are mapped to it (:func:`normalize_unicode`):
@@ -39,6 +63,15 @@ _ANSWER_CLOSE = "</answer>"
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 # A number as the last-number fallback sees it: optional sign, digits with
 # optional thousands commas, optional decimals, optional "/denominator".
+# An answer line (module doc, step 3): at a line start, optional list/heading/quote marks
+# and emphasis, optional "final", the word "answer" (any case), optional emphasis, ":",
+# optional closing emphasis. What follows on the line is the answer.
+_ANSWER_LINE = re.compile(
+    r"^[ \t>#*_\-]*(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*:[ \t]*[*_]*",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Math delimiters around a stated answer, the longer "$$" before "$".
+_MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
 
@@ -155,6 +188,33 @@ def answer_tag(text: str) -> str | None:
     return (body if end == -1 else body[:end]).strip()
 
 
+def last_answer_line(text: str) -> str | None:
+    """The answer on the last ``Answer: X`` line (module doc, step 3), else None.
+
+    ``"so 7.\\nAnswer: 7" -> "7"``, ``"**Answer:** $\\frac{1}{2}$" -> "\\frac{1}{2}"``;
+    a last ``Answer:`` with nothing after it (nor on a later line) yields None.
+    """
+    matches = list(_ANSWER_LINE.finditer(text))
+    if not matches:
+        return None
+    rest = text[matches[-1].end() :]
+    line, _, after = rest.partition("\n")
+    if not _clean_stated(line):  # "Answer:" alone: the answer is on the next non-blank line
+        line = next((ln for ln in after.split("\n") if ln.strip()), "")
+    return _clean_stated(line) or None
+
+
+def _clean_stated(value: str) -> str:
+    """An answer line's value without Markdown emphasis, a final period or math delimiters."""
+    value = value.strip().strip("*").strip()
+    if value.endswith("."):
+        value = value[:-1].strip().strip("*").strip()
+    for left, right in _MATH_DELIMITERS:
+        if value.startswith(left) and value.endswith(right) and len(value) >= len(left + right):
+            return value[len(left) : len(value) - len(right)].strip()
+    return value
+
+
 def last_number(text: str) -> str | None:
     """The last number in ``text`` (commas and a trailing period stripped), else None."""
     matches = _NUMBER.findall(text)
@@ -163,8 +223,13 @@ def last_number(text: str) -> str | None:
     return matches[-1].replace(",", "").rstrip(".")
 
 
-def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | None:
-    """The final answer in a completion, or None if it states none (see the module doc)."""
+def extract_answer(
+    text: str, *, last_number_fallback: bool = False, answer_line: bool = True
+) -> str | None:
+    """The final answer in a completion, or None if it states none (see the module doc).
+
+    ``answer_line=False`` skips step 3 (the ``Answer: X`` line).
+    """
     text = normalize_unicode(text)
     # An empty tag pair or box ("within \\boxed{}." copied from the prompt)
     # states nothing, so the search goes on as if it were absent.
@@ -174,6 +239,10 @@ def extract_answer(text: str, *, last_number_fallback: bool = False) -> str | No
     boxed = last_boxed(text)
     if boxed:
         return boxed
+    if answer_line:
+        stated = last_answer_line(text)
+        if stated:
+            return stated
     if last_number_fallback:
         return last_number(text)
     return None

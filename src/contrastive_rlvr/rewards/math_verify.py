@@ -14,7 +14,8 @@ unless noted):
 - ``reward/answers``: completions scored.
 - ``reward/correct``: verified correct (the reward-1 count).
 - ``reward/wrong``: parsed and compared, not equal.
-- ``reward/no_answer``: no ``<answer>``, ``\\boxed{}`` or (with the fallback) number found.
+- ``reward/no_answer``: no ``<answer>``, ``\\boxed{}``, ``Answer:`` line or (with the
+  fallback) number found.
 - ``reward/too_long``: extracted answer longer than ``max_answer_chars``, not checked.
 - ``reward/unparsable``: math-verify found no expression in the extracted answer.
 - ``reward/gold_unparsable``: the gold answer itself did not parse (a data problem).
@@ -108,6 +109,9 @@ class MathVerifyReward:
         workers: verifier processes; checks of one call run in parallel across them.
         last_number_fallback: without ``<answer>`` or ``\\boxed{}``, use the
             completion's last number as its answer (GSM8K-style outputs).
+        answer_line: without ``<answer>`` or ``\\boxed{}``, read the last
+            ``Answer: X`` line (DAPO-Math-17k's format; :mod:`.extract`, step 3);
+            False reads tags and boxes only.
         max_answer_chars: longer extracted answers score 0 without being
             parsed (``reward/too_long``); None checks any length.
         start_method: how workers start: ``"forkserver"`` (forks of one warm
@@ -126,6 +130,7 @@ class MathVerifyReward:
         timeout: int = 3,
         workers: int = 2,
         last_number_fallback: bool = False,
+        answer_line: bool = True,
         max_answer_chars: int | None = 1000,
         start_method: str = "forkserver",
     ) -> None:
@@ -134,6 +139,7 @@ class MathVerifyReward:
         self.timeout = timeout
         self.workers = workers
         self.last_number_fallback = last_number_fallback
+        self.answer_line = answer_line
         self.max_answer_chars = max_answer_chars
         self.start_method = start_method
         # TRL names reward functions by __name__ (logged as rewards/<name>/mean).
@@ -148,6 +154,7 @@ class MathVerifyReward:
             "timeout": self.timeout,
             "workers": self.workers,
             "last_number_fallback": self.last_number_fallback,
+            "answer_line": self.answer_line,
             "max_answer_chars": self.max_answer_chars,
             "start_method": self.start_method,
         }
@@ -166,7 +173,9 @@ class MathVerifyReward:
     def extract(self, completion: str | Sequence[Mapping[str, Any]]) -> str | None:
         """The answer this reward would check for ``completion`` (None if it states none)."""
         text = completion_text(completion)
-        return extract_answer(text, last_number_fallback=self.last_number_fallback)
+        return extract_answer(
+            text, last_number_fallback=self.last_number_fallback, answer_line=self.answer_line
+        )
 
     def score(
         self, completions: Sequence[str | Sequence[Mapping[str, Any]]], golds: Sequence[Any]

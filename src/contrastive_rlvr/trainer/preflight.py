@@ -35,6 +35,7 @@ class PreflightResult:
     """What the checks loaded: reuse it instead of loading again."""
 
     prompts: Any = None  # data.LoadedPrompts of a custom dataset
+    split: Any = None  # data.HeldoutSplit of its rows in the seeded order (by problem)
     rewards: list[Any] = field(default_factory=list)
     reward_names: list[str] = field(default_factory=list)
 
@@ -152,6 +153,19 @@ def check_push_to_hub(config: Any) -> None:
         ) from err
 
 
+def check_quantization(config: Any) -> None:
+    """``load_in_4bit`` / ``load_in_8bit`` (TRL's ModelConfig): bitsandbytes is installed,
+    checked now rather than inside ``from_pretrained`` after the data and rewards loaded."""
+    import importlib.util
+
+    asked = [f for f in ("load_in_4bit", "load_in_8bit") if getattr(config, f, False)]
+    if asked and importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError(
+            f"{asked[0]}=true needs bitsandbytes, which is not installed; pip install "
+            f"bitsandbytes (quantized training runs on a CUDA GPU), or set {asked[0]}=false"
+        )
+
+
 def check_output_dir(path: str | os.PathLike[str]) -> None:
     """The output directory is named, and can be created and written to."""
     if not str(path).strip():
@@ -192,11 +206,13 @@ def load_dataset_of(config: Any) -> Any:
 
 def preflight(config: Any) -> PreflightResult:
     """Every check of a training run that needs no model; raises :class:`UserError`."""
+    from ..data import split_heldout
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
     check_report_to(config.report_to)
     check_push_to_hub(config)
+    check_quantization(config)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
@@ -215,12 +231,15 @@ def preflight(config: Any) -> PreflightResult:
         raise UserError(f"dataset={config.dataset!r}: {err}") from err
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"dataset={config.dataset!r} cannot be read: {err}") from err
-    if len(prompts.dataset) <= config.heldout_size:
+    # The held-out split is by problem: rows repeating a prompt stay on one side.
+    split = split_heldout(prompts.dataset.shuffle(seed=config.seed), config.heldout_size)
+    if not split.train:
+        distinct = f", {split.problems} distinct prompts" if split.repeats else ""
         raise UserError(
             f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
-            f"({len(prompts.dataset)} rows); lower heldout_size"
+            f"({len(prompts.dataset)} rows{distinct}); lower heldout_size"
         )
-    result.prompts = prompts
+    result.prompts, result.split = prompts, split
     for name in config.rewards:
         try:
             result.rewards.append(resolve_reward(name))
@@ -237,7 +256,7 @@ def preflight(config: Any) -> PreflightResult:
     # TRL's sampler draws whole batches of distinct prompts and drops a partial one: with
     # fewer training rows than one batch needs, the run would train 0 steps.
     needed = config.generation_batch_size // config.num_generations
-    rows = len(prompts.dataset) - config.heldout_size
+    rows = len(split.train)
     if rows < needed:
         raise UserError(
             f"dataset={config.dataset!r} leaves {rows} training rows after heldout_size="

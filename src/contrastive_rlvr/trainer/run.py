@@ -223,13 +223,20 @@ def _warn_if_other_warm_start(config: RLVRConfig, sft_dir: Path) -> None:
 
 def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
     """A Hugging Face (or GGUF-alias) model on a prompt dataset with the configured rewards;
-    held-out avg@n on ``heldout_size`` seeded rows of the dataset kept out of training.
+    held-out avg@n on ``heldout_size`` seeded problems of the dataset kept out of training
+    (split by prompt, :func:`~contrastive_rlvr.data.split_heldout`: a problem the dataset
+    repeats is on one side only).
 
     The prompts go to TRL as TRL takes them (a string, or a list of messages whose chat
     template TRL applies once); every column of the dataset stays, so the reward functions
     and stages get each one, in training (TRL passes them as keyword arguments) and in the
     held-out evaluation (passed the same way here)."""
-    from ..data import is_conversational_prompt, resolve_instruction, with_instruction
+    from ..data import (
+        is_conversational_prompt,
+        resolve_instruction,
+        split_heldout,
+        with_instruction,
+    )
     from ..models import load_model_and_tokenizer
     from .model_options import model_load_kwargs
     from .preflight import load_dataset_of
@@ -241,11 +248,19 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     if loaded.skipped:
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
     data = loaded.dataset.shuffle(seed=config.seed)
-    if len(data) <= config.heldout_size:
+    split = checked.split or split_heldout(data, config.heldout_size)
+    if not split.train:
         raise ValueError(
             f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
-            f"({len(data)} rows)"
+            f"({len(data)} rows, {split.problems} distinct prompts)"
         )
+    if split.repeats:
+        logger.warning(
+            "%s: %d of %d rows repeat an earlier row's prompt (%d distinct prompts): held out "
+            "%d prompts, each evaluated once; their %d other rows are left out of training",
+            loaded.source, split.repeats, len(data), split.problems, len(split.heldout),
+            split.dropped,
+        )  # fmt: skip
     has_template = getattr(tokenizer, "chat_template", None) is not None
     conversational = is_conversational_prompt(data[0]["prompt"])
     if conversational and not (has_template and config.chat_template):
@@ -257,10 +272,10 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     chat = config.chat_template and has_template
     instruction = resolve_instruction(config.instruction, conversational)
     data = data.map(lambda row: {"prompt": with_instruction(row["prompt"], instruction, chat=chat)})
-    heldout = data.select(range(config.heldout_size))
+    heldout = data.select(split.heldout)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
-    train = data.select(range(config.heldout_size, len(data)))
+    train = data.select(split.train)
     check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
     evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)

@@ -7,8 +7,9 @@ In a verl config::
 
 verl's reward manager calls ``compute_score(data_source, solution_str,
 ground_truth, extra_info)`` once per completion; the answer is extracted and
-checked exactly as the TRL path's ``MathVerifyReward`` does (``<answer>`` or
-``\\boxed{}``, math-verify with a hard timeout in a worker process). This
+checked exactly as the TRL path's ``MathVerifyReward`` does (``<answer>``,
+else ``\\boxed{}``, else the last ``Answer: X`` line that DAPO-Math-17k's prompts ask
+for; math-verify with a hard timeout in a worker process). This
 module imports neither verl nor math-verify itself.
 """
 

@@ -100,7 +100,10 @@ class DataOptions:
     )
     heldout_size: int = field(
         default=100,
-        metadata={"help": "Custom dataset: rows held out (seeded) for avg@n before and after RL."},
+        metadata={
+            "help": "Custom dataset: problems (distinct prompts) held out (seeded) for avg@n "
+            "before and after RL; rows repeating a held-out prompt are left out of training."
+        },
     )
     skip_bad_rows: bool = field(
         default=False,
