@@ -30,7 +30,8 @@ def test_debug_after_the_subcommand_gives_the_traceback(monkeypatch):
 def test_output_dir_is_spelled_the_same_on_every_command():
     runner = CliRunner()
     for command in ("train", "eval", "compare", "plot"):
-        text = runner.invoke(app, [command, "--help"]).output
+        # wide enough that rich does not cut the option names
+        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "240"}).output
         assert "--output_dir" in text, command
 
 

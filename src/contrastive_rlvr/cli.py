@@ -323,7 +323,7 @@ def eval_command(
     ),
     backend: str = typer.Option("auto", "--backend", help="auto, hf or vllm."),
     output_dir: Path = typer.Option(
-        Path("eval_results"), "--output-dir", "--output_dir", help="Folder of the results."
+        Path("eval_results"), "--output_dir", "--output-dir", help="Folder of the results."
     ),
     benchmarks_dir: Path | None = typer.Option(
         None,
