@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct, sums task: plain GRPO vs GRPO + BiCC, 3 seeds, same steps,
-# with a BiCC context large enough to carry whole attempts (issue 19, item 5).
+# with a BiCC context large enough to carry whole attempts.
 # Usage: PY=.venv/bin/python bash docs/results/smollm2-bicc-vs-plain/run.sh OUT [STEPS]
 set -euo pipefail
 OUT=${1:?output folder}
