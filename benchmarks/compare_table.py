@@ -17,7 +17,7 @@ from contrastive_rlvr.trainer.run import SUMMARY_FILE
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--recipes", default=",".join(cmp.DEFAULT_RECIPES))
+    parser.add_argument("--recipes", default=",".join(cmp.registered_recipes()))
     parser.add_argument("--arms", default=",".join(cmp.ARMS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--json", type=Path, default=None)

@@ -7,7 +7,7 @@ import torch
 from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model
 
 from contrastive_rlvr.algorithms import collapse_rate
-from contrastive_rlvr.trainer.shaping import OverlongPenalty, take_rows
+from contrastive_rlvr.trainer.shaping import take_rows, with_overlong_penalty
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +68,14 @@ def test_dynamic_sampling_replaces_collapsed_groups(model_dir, tmp_path):
 
 
 def test_overlong_penalty_reward_and_wiring(model_dir, tmp_path):
-    penalty = OverlongPenalty(max_len=8, cache_len=4)
-    # lengths 4 (<= 8-4: 0), 6 ((4-6)/4 = -0.5), 8 ((4-8)/4 = -1)
-    assert penalty(None, None, [[1] * 4, [1] * 6, [1] * 8]) == [0.0, -0.5, -1.0]
     config = make_config(tmp_path, recipe="dapo", dynamic_sampling=False, max_completion_length=8)
     assert config.overlong_punishment and config.overlong_cache_len == 2
+    penalty = with_overlong_penalty([], config)[-1]  # TRL's soft overlong punishment
+    # max 8, cache 2: lengths 6 (<= 8-2: 0), 7 ((6-7)/2 = -0.5), 8 ((6-8)/2 = -1), 9 (-1)
+    lengths = [[1] * 6, [1] * 7, [1] * 8, [1] * 9]
+    assert penalty(completion_ids=lengths, prompts=None, completions=None) == [0, -0.5, -1, -1]
     trainer = make_trainer(model_dir, config)
-    assert trainer.reward_func_names[-1] == "overlong_penalty"
+    assert trainer.reward_func_names[-1] == "soft_overlong_punishment_reward"
     with pytest.raises(ValueError, match="reward_weights"):
         make_trainer(model_dir, make_config(tmp_path, recipe="dapo", reward_weights=[1.0]))
 

@@ -61,15 +61,20 @@ ARMS: dict[str, tuple[bool, bool]] = {
     "rcc": (False, True),
     "bicc+rcc": (True, True),
 }
-DEFAULT_RECIPES = ("grpo", "dr_grpo", "dapo", "gmpo", "gspo", "conspo")
-RECIPE_LABELS = {
-    "grpo": "GRPO",
-    "dr_grpo": "Dr.GRPO",
-    "dapo": "DAPO",
-    "gmpo": "GMPO",
-    "gspo": "GSPO",
-    "conspo": "ConSPO",
-}
+
+
+def recipe_label(name: str) -> str:
+    """The label tables and figures print for recipe ``name`` (the recipe table's)."""
+    from .algorithms.registry import RECIPES  # torch: imported when a table is made
+
+    return RECIPES[name].display_label if name in RECIPES else name
+
+
+def registered_recipes() -> list[str]:
+    from .algorithms.registry import RECIPES
+
+    return list(RECIPES)
+
 ARM_SUFFIX = {"plain": "", "bicc": " + BiCC", "rcc": " + RCC", "bicc+rcc": " + BiCC + RCC"}
 #: Set per run by the matrix; an override of these in ``overrides`` is refused.
 MATRIX_FIELDS = ("recipe", "bicc", "rcc", "seed", "output_dir")
@@ -99,7 +104,7 @@ class CompareSpec:
         jobs: runs at once.
     """
 
-    recipes: list[str] = field(default_factory=lambda: list(DEFAULT_RECIPES))
+    recipes: list[str] = field(default_factory=registered_recipes)
     arms: list[str] = field(default_factory=lambda: list(ARMS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     config: str | None = None
@@ -722,7 +727,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             row = {
                 "recipe": recipe,
                 "arm": arm,
-                "label": RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm],
+                "label": recipe_label(recipe) + ARM_SUFFIX[arm],
                 "seeds": sorted(after),
                 "after": _ci_dict(after),
                 "before": _ci_dict(before),

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, RECIPE_LABELS, grad_var_summary  # noqa: E402
+from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, grad_var_summary, recipe_label  # noqa: E402
 from .stats import MeanCI, mean_ci  # noqa: E402
 
 ARM_COLORS = {"plain": "tab:blue", "bicc": "tab:orange", "rcc": "tab:green", "bicc+rcc": "tab:red"}
@@ -120,7 +120,7 @@ def find_runs(paths: Iterable[str | Path]) -> list[Run]:
 
 
 def _label(recipe: str, arm: str) -> str:
-    return RECIPE_LABELS.get(recipe, recipe) + ARM_SUFFIX[arm]
+    return recipe_label(recipe) + ARM_SUFFIX[arm]
 
 
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -198,9 +198,9 @@ def plot_curves(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
     ax_a.plot([], [], marker="o", ls="", color="gray", mfc="white", label="held-out, before RL")
     ax_a.plot([], [], marker="*", ms=12, ls="", color="gray", label="held-out, after RL")
     ax_r.set(xlabel="step", ylabel=f"mean reward (moving average, {window} steps)")
-    ax_r.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: training reward")
+    ax_r.set_title(f"{recipe_label(recipe)}: training reward")
     ax_a.set(xlabel="step", ylabel="accuracy")
-    ax_a.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: training accuracy and held-out avg@n")
+    ax_a.set_title(f"{recipe_label(recipe)}: training accuracy and held-out avg@n")
     for ax in (ax_r, ax_a):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
@@ -221,7 +221,7 @@ def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
         return None
     ax.axhline(0, color="black", lw=0.7)
     ax.set(xlabel="step", ylabel=f"mean over groups of Cov(R, δ) (moving average, {window} steps)")
-    ax.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
+    ax.set_title(f"{recipe_label(recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _finish(fig, out / f"cov_{recipe}.png")
@@ -292,7 +292,7 @@ def plot_deltas(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
     fig.suptitle(
-        f"{RECIPE_LABELS.get(recipe, recipe)}: δ of correct vs wrong completions "
+        f"{recipe_label(recipe)}: δ of correct vs wrong completions "
         "(pooled over seeds and the steps of each window)"
     )
     return _finish(fig, out / f"deltas_{recipe}.png")
@@ -356,7 +356,7 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
     if positive and all(np.all(np.asarray(y) > 0) for y in positive):
         ax_v.set_yscale("log")  # the variances span orders of magnitude over training
     ax_v.set(xlabel="step", ylabel="Var over groups of projected gradient (mean of directions)")
-    ax_v.set_title(f"{RECIPE_LABELS.get(recipe, recipe)}: gradient variance, same batch")
+    ax_v.set_title(f"{recipe_label(recipe)}: gradient variance, same batch")
     ax_r.axhline(1.0, color="black", lw=0.7)
     ax_r.set(xlabel="step", ylabel="variance with RCC / without")
     ax_r.set_title("RCC / plain (< 1: RCC lowers the variance); dashed: ratio of means")
@@ -380,7 +380,7 @@ def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Pat
     ax.axhline(0, color="black", lw=0.7)
     ax.set(xlabel="step", ylabel="mean ratio (correct) − mean ratio (wrong)")
     ax.set_title(
-        f"{RECIPE_LABELS.get(recipe, recipe)}: one update's sequence-ratio margin", fontsize=10
+        f"{recipe_label(recipe)}: one update's sequence-ratio margin", fontsize=10
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

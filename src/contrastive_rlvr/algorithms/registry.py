@@ -9,8 +9,9 @@ threshold to the corrected baseline ``b*``, see :func:`recipe_advantages`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from .advantages import (
     DEFAULT_EPS,
@@ -40,6 +41,15 @@ class Recipe:
         overlong_punishment: DAPO's soft length penalty on the reward.
         paper: where the recipe comes from.
         summary: one line for the README and ``--help``.
+        label: the name tables and figures print (``"Dr.GRPO"``); the name when empty.
+        bicc_ratio_mode: the old log-probs of the ratio under BiCC when the user sets no
+            ``bicc_ratio_mode`` (docs/bicc.md, "Ratio mode per recipe"), on both engines.
+        trl_loss_type: TRL's ``loss_type`` when TRL's own loss computes this recipe
+            (``None``: TRL has no such loss and the project's runs).
+        trl_importance_sampling_level: TRL's ``importance_sampling_level`` with it.
+
+    Every fact about a recipe lives here, so a recipe a user registers is listed by
+    ``contrastive-rlvr recipes``, runs in ``compare`` and on both engines.
     """
 
     name: str
@@ -51,9 +61,51 @@ class Recipe:
     summary: str
     dynamic_sampling: bool = False
     overlong_punishment: bool = False
+    label: str = ""
+    bicc_ratio_mode: Literal["paper", "consistent", "conditioned_old"] = "paper"
+    trl_loss_type: str | None = None
+    trl_importance_sampling_level: Literal["token", "sequence"] = "token"
+
+    @property
+    def display_label(self) -> str:
+        """What tables and figures print for this recipe."""
+        return self.label or self.name
 
 
 RECIPES: dict[str, Recipe] = {}
+
+_V = TypeVar("_V")
+
+
+class RecipeFacts(Mapping[str, _V], Generic[_V]):
+    """A read-only, always current view ``recipe name -> fact`` of :data:`RECIPES`.
+
+    ``fact(recipe)`` returning ``None`` leaves the recipe out (e.g. no TRL route), so a
+    table derived this way cannot drift from the registry.
+    """
+
+    def __init__(self, fact: Callable[[Recipe], _V | None]) -> None:
+        self._fact = fact
+
+    def _items(self) -> dict[str, _V]:
+        out = {}
+        for name, recipe in RECIPES.items():
+            value = self._fact(recipe)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def __getitem__(self, name: str) -> _V:
+        return self._items()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __repr__(self) -> str:
+        return f"RecipeFacts({self._items()!r})"
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
@@ -126,6 +178,8 @@ for _recipe in (
         0.04,
         "DeepSeekMath, arXiv:2402.03300",
         "clipped token ratio (0.2, 0.2), std-scaled group advantage, seq-mean-token-mean",
+        label="GRPO",
+        trl_loss_type="grpo",
     ),
     Recipe(
         "dr_grpo",
@@ -135,6 +189,8 @@ for _recipe in (
         0.01,
         "Dr.GRPO, arXiv:2503.20783",
         "GRPO without std scaling and with token sums over a constant length",
+        label="Dr.GRPO",
+        trl_loss_type="dr_grpo",
     ),
     Recipe(
         "dapo",
@@ -146,6 +202,8 @@ for _recipe in (
         "clip-higher (0.2, 0.28), token-mean, dynamic sampling, soft overlong punishment",
         dynamic_sampling=True,
         overlong_punishment=True,
+        label="DAPO",
+        trl_loss_type="dapo",
     ),
     Recipe(
         "gmpo",
@@ -155,6 +213,7 @@ for _recipe in (
         0.0,
         "GMPO, arXiv:2507.20673",
         "geometric mean of token ratios clipped in log space (e^+-0.4)",
+        label="GMPO",
     ),
     Recipe(
         "gspo",
@@ -164,6 +223,9 @@ for _recipe in (
         0.0,
         "GSPO, arXiv:2507.18071",
         "one length-normalised sequence ratio per completion, clip (3e-4, 4e-4)",
+        label="GSPO",
+        trl_loss_type="grpo",
+        trl_importance_sampling_level="sequence",
     ),
     Recipe(
         "conspo",
@@ -173,6 +235,9 @@ for _recipe in (
         0.0,
         "ConSPO, arXiv:2605.12969",
         "InfoNCE of correct vs wrong length-normalised log-probs, cosine margin curriculum",
+        label="ConSPO",
+        # No ratio in its loss: the mode only decides which old log-probs exist.
+        bicc_ratio_mode="consistent",
     ),
 ):
     register_recipe(_recipe)

@@ -138,7 +138,8 @@ class LossTimeRCC:
 
     - ``reference="sampling"`` (``rcc_reference='sampling'``): delta = log pi_theta -
       log pi_old;
-    - ``reference="frozen"``: delta = log pi_theta - log pi_ref with the stages'
+    - ``reference="reference"`` (``rcc_reference='reference'``): delta = log pi_theta -
+      log pi_ref with the stages'
       ``RCC_REFERENCE_KEY``, left on on-policy batches (``rcc_delta_pass='auto'``) instead
       of a separate no-grad policy pass. On policy the loss's pi_theta is the sampling
       policy, so these are the advantages the stage would have computed. Without the key
@@ -509,7 +510,7 @@ class TRLLoss:
     ratio mode's). TRL logs its own metrics; only RCC's loss-time delta diagnostics are
     returned here.
 
-    RCC at loss time (:class:`LossTimeRCC`, frozen reference): TRL's loss reads
+    RCC at loss time (:class:`LossTimeRCC`, the frozen reference): TRL's loss reads
     ``inputs["advantages"]`` after its policy forward, so the forward's log-probs are handed
     to ``on_logps``, which sets the RCC advantages of the micro-batch before TRL reads them.
     """
@@ -584,7 +585,7 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noq
             coef=cfg.rcc_coef,
             reduce=cfg.rcc_delta,
             bound=cfg.rcc_bound,
-            reference="sampling" if cfg.rcc_reference == "sampling" else "frozen",
+            reference=cfg.rcc_reference,
             threshold=cfg.reward_threshold,
         )
     # BiCC's conditioned_old ratio mode: the policy reads the plain prompt.

@@ -5,33 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from ..algorithms import overlong_penalty
+from trl.rewards import get_soft_overlong_punishment
 
 # Per-row 2-D entries of TRL's scored batch that are left-padded; the others are right-padded.
 LEFT_PADDED = ("prompt_ids", "prompt_mask", "bicc_prompt_ids", "bicc_prompt_mask")
 
 
-class OverlongPenalty:
-    """DAPO's soft overlong punishment as a TRL reward function (added to the others).
-
-    ``0`` up to ``max_len - cache_len`` tokens, then falling linearly to ``-1`` at
-    ``max_len`` (see :func:`contrastive_rlvr.algorithms.overlong_penalty`).
-    """
-
-    __name__ = "overlong_penalty"
-
-    def __init__(self, max_len: int, cache_len: int) -> None:
-        self.max_len, self.cache_len = max_len, cache_len
-
-    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[float]:
-        lengths = torch.tensor([len(ids) for ids in completion_ids])
-        return overlong_penalty(lengths, max_len=self.max_len, cache_len=self.cache_len).tolist()
-
-
 def with_overlong_penalty(reward_funcs: Any, args: Any) -> list:
-    """The reward functions, plus DAPO's overlong punishment last when the config asks
-    for it (``reward_weights``, if set, must then have one entry more)."""
+    """The reward functions, plus DAPO's soft overlong punishment (Eq. 13) last when the
+    config asks for it (``reward_weights``, if set, must then have one entry more).
+
+    The punishment is TRL's own reward function (``trl.rewards``), logged under its name
+    ``soft_overlong_punishment_reward``: 0 up to ``max_len - cache_len`` tokens, then
+    falling linearly to -1 at ``max_len``, the formula of
+    :func:`contrastive_rlvr.algorithms.overlong_penalty`."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if args.overlong_punishment:
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs) + 1:
@@ -39,7 +26,9 @@ def with_overlong_penalty(reward_funcs: Any, args: Any) -> list:
                 f"reward_weights={args.reward_weights} must have {len(funcs) + 1} entries: one "
                 "per reward function plus one for the overlong punishment, which comes last"
             )
-        funcs.append(OverlongPenalty(args.max_completion_length, args.overlong_cache_len))
+        funcs.append(
+            get_soft_overlong_punishment(args.max_completion_length, args.overlong_cache_len)
+        )
     return funcs
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..algorithms import Recipe, get_policy_loss, get_recipe, loss_option_names, seed_method_loss
+from ..algorithms.registry import RecipeFacts
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,12 @@ class TRLRoute:
     importance_sampling_level: str
 
 
-TRL_ROUTES: dict[str, TRLRoute] = {
-    "grpo": TRLRoute("grpo", "token"),
-    "dr_grpo": TRLRoute("dr_grpo", "token"),
-    "dapo": TRLRoute("dapo", "token"),
-    "gspo": TRLRoute("grpo", "sequence"),
-}
+#: recipe name -> its TRL route, for the recipes whose ``trl_loss_type`` is set (registry.py).
+TRL_ROUTES: RecipeFacts[TRLRoute] = RecipeFacts(
+    lambda r: (
+        TRLRoute(r.trl_loss_type, r.trl_importance_sampling_level) if r.trl_loss_type else None
+    )
+)
 # TRL's loss types whose aggregation is one of the project's loss_agg modes.
 LOSS_TYPE_AGG: dict[str, str] = {
     "grpo": "seq-mean-token-mean",
