@@ -259,7 +259,7 @@ def _check_inputs(
 ) -> tuple[dict[str, Any], dict[str, BenchmarkSource]]:
     """What can be checked before the model loads; returns the benchmarks' problems and
     where each was read from."""
-    from ..trainer.preflight import check_model_path, check_output_dir
+    from ..input_checks import check_model_path, check_output_dir
 
     check_output_dir(out_dir)
     benchmarks_dir(config.benchmarks_dir)  # a given directory must exist

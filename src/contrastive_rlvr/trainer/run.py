@@ -17,6 +17,7 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
+from ..errors import UserError
 from ..logs import follow_log_level
 from .callbacks import RichProgress
 from .checkpoints import (
@@ -29,7 +30,7 @@ from .config import RLVRConfig
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
 from .model_options import model_load_kwargs, peft_config_of
-from .preflight import PreflightResult, UserError, preflight
+from .preflight import PreflightResult, preflight
 from .rlvr_trainer import RLVRTrainer
 
 logger = logging.getLogger(__name__)
