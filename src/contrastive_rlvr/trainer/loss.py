@@ -45,7 +45,7 @@ from ..algorithms import (
     seed_method_loss,
     sequence_delta,
 )
-from .stages.diagnostics import delta_metrics
+from ..algorithms.diagnostics import delta_metrics
 from .trl_settings import uses_trl_loss
 
 Metrics = dict[str, torch.Tensor]
