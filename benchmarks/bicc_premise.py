@@ -52,7 +52,7 @@ from contrastive_rlvr.algorithms.bicc import (
     context_plan,
     resolve_placement,
 )
-from contrastive_rlvr.evaluation.generate import DEFAULT_INSTRUCTION
+from contrastive_rlvr.generation import DEFAULT_INSTRUCTION
 from contrastive_rlvr.models import load_model_and_tokenizer
 from contrastive_rlvr.stats import mean_ci
 

@@ -15,13 +15,13 @@ reported:
 - ``plain``: the loss forward + backward of plain GRPO (TRL's per-row forward);
 - ``bicc_rows``: BiCC's conditioned prompts, one forward per row;
 - ``bicc_cache``: BiCC with the two-pass key/value-cache sharing
-  (``trainer/prefix.py``; it cannot run under gradient checkpointing);
-- ``bicc_packed``: BiCC with the packed one-forward sharing (``trainer/packed_prefix.py``),
+  (``shared_forward/prefix.py``; it cannot run under gradient checkpointing);
+- ``bicc_packed``: BiCC with the packed one-forward sharing (``shared_forward/packed_prefix.py``),
   split attention (the model switched by ``enable_split_attention``);
 - ``bicc_packed_mask``: the same packed forward through plain SDPA with the dense 4-D mask;
 - ``plain_packed``: plain GRPO groups packed (one prompt per group), split attention;
 - ``bicc_packed_flex`` / ``bicc_packed_varlen``: the packed forward on the kernel forms of
-  ``trainer/packed_kernels.py``: flex_attention with the layout's block mask (compiled on
+  ``shared_forward/packed_kernels.py``: flex_attention with the layout's block mask (compiled on
   CUDA; CUDA only, as PyTorch 2.13 has no flex backward on CPU) and flash varlen
   (``flash_attn_varlen_func`` where importable, else its pure-torch stand-in: the arm then
   times the stand-in, said in the output);
@@ -71,20 +71,20 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from contrastive_rlvr.algorithms.bicc import BiCCTemplate, build_bicc_prompts
-from contrastive_rlvr.trainer.packed_kernels import (
+from contrastive_rlvr.shared_forward.packed_kernels import (
     FLEX_ATTENTION,
     VARLEN_ATTENTION,
     enable_kernel_form,
     flash_varlen_kernel,
 )
-from contrastive_rlvr.trainer.packed_prefix import (
+from contrastive_rlvr.shared_forward.packed_prefix import (
     SPLIT_ATTENTION,
     build_packed_layout,
     enable_split_attention,
     packed_prefix_logps,
     supports_packed_prefix,
 )
-from contrastive_rlvr.trainer.prefix import shared_prefix_logps
+from contrastive_rlvr.shared_forward.prefix import shared_prefix_logps
 
 TARGETS = {
     "loss bicc_packed/plain, checkpointing on": 1.15,

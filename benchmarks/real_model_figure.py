@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from contrastive_rlvr.trainer.callbacks import CLIP_FRACTION_KEYS  # noqa: E402
+from contrastive_rlvr.metrics import CLIP_FRACTION_KEYS  # noqa: E402
 
 #: Steps of the reward's trailing moving mean.
 WINDOW = 4

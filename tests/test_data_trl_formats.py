@@ -12,7 +12,7 @@ from trainer_utils import save_tiny_model
 from transformers import AutoTokenizer
 
 from contrastive_rlvr.data import load_prompts, resolve_instruction, with_instruction
-from contrastive_rlvr.evaluation.generate import DEFAULT_INSTRUCTION
+from contrastive_rlvr.generation import DEFAULT_INSTRUCTION
 from contrastive_rlvr.trainer import train
 from contrastive_rlvr.trainer.parse import parse_config
 

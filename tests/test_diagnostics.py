@@ -10,14 +10,13 @@ import pytest
 import torch
 from trainer_utils import make_config, make_trainer, save_tiny_model
 
-from contrastive_rlvr.trainer.diagnostics import (
-    DELTAS_FILE,
-    TrainingDiagnostics,
+from contrastive_rlvr.algorithms.diagnostics import (
     group_gradient_variance,
     projected_gradients,
     random_directions,
     ratio_margin,
 )
+from contrastive_rlvr.trainer.diagnostics import DELTAS_FILE, TrainingDiagnostics
 
 
 def test_projected_gradients_of_a_linear_scorer():

@@ -160,7 +160,7 @@ def test_project_info_lines_follow_log_level(tmp_path, log_level, shown):
     result = _run_python(code, str(tmp_path / log_level), log_level)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "built" in result.stdout
-    line = "INFO contrastive_rlvr.trainer.sharing: prompt sharing (policy): packed forward"
+    line = "INFO contrastive_rlvr.shared_forward.sharing: prompt sharing (policy): packed forward"
     assert (line in result.stderr) is shown, result.stderr[-2000:]
 
 
@@ -168,7 +168,7 @@ def test_project_log_handler_levels_and_no_double_lines():
     code = """
 import logging
 from contrastive_rlvr.logs import follow_log_level
-log = logging.getLogger("contrastive_rlvr.trainer.probe")
+log = logging.getLogger("contrastive_rlvr.shared_forward.probe")
 follow_log_level(logging.WARNING)
 log.info("hidden-at-warning")
 log.warning("shown-at-warning")
@@ -183,8 +183,8 @@ log.info("through-root")
     err = result.stderr.splitlines()
     assert "hidden-at-warning" not in result.stderr
     assert err[:2] == [
-        "WARNING contrastive_rlvr.trainer.probe: shown-at-warning",
-        "INFO contrastive_rlvr.trainer.probe: shown-at-info",
+        "WARNING contrastive_rlvr.shared_forward.probe: shown-at-warning",
+        "INFO contrastive_rlvr.shared_forward.probe: shown-at-info",
     ]
     # the application configured logging: its handler prints the line, ours stays silent
     assert err[2:] == ["ROOT through-root"]

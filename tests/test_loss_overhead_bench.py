@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrastive_rlvr.trainer.packed_prefix import build_packed_layout
+from contrastive_rlvr.shared_forward.packed_prefix import build_packed_layout
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "loss_overhead.py"
 

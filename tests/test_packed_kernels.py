@@ -1,4 +1,4 @@
-"""The packed forward on GPU kernels' forms (trainer/packed_kernels.py), on CPU: flash
+"""The packed forward on GPU kernels' forms (shared_forward/packed_kernels.py), on CPU: flash
 varlen through the pure-torch stand-in with the kernel's semantics (values and
 gradients), flex_attention forward-only (torch 2.13 has no CPU flex backward), both
 against TRL's per-row forward on the tiny Llama of test_trainer_packed_prefix."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_trainer_packed_prefix import batch, tiny_llama
 
-from contrastive_rlvr.trainer.packed_kernels import (
+from contrastive_rlvr.shared_forward.packed_kernels import (
     FLEX_ATTENTION,
     VARLEN_ATTENTION,
     enable_kernel_form,
@@ -19,14 +19,14 @@ from contrastive_rlvr.trainer.packed_kernels import (
     varlen_attention_reference,
     varlen_layout,
 )
-from contrastive_rlvr.trainer.packed_prefix import (
+from contrastive_rlvr.shared_forward.packed_prefix import (
     PackedPrefixUnsupported,
     build_packed_layout,
     packed_prefix_logps,
     supports_packed_prefix,
 )
-from contrastive_rlvr.trainer.probe import per_row_logps
-from contrastive_rlvr.trainer.sharing import PromptSharing
+from contrastive_rlvr.shared_forward.probe import per_row_logps
+from contrastive_rlvr.shared_forward.sharing import PromptSharing
 
 
 def no_hole_batch():
@@ -117,7 +117,7 @@ def test_flash_and_flex_models_are_switched_and_logged(caplog):
         sharing = PromptSharing(conditioned=True, plain=False, gradient_checkpointing=False,
                                 num_processes=1)  # fmt: skip
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="contrastive_rlvr.trainer.sharing"):
+        with caplog.at_level(logging.INFO, logger="contrastive_rlvr.shared_forward.sharing"):
             assert sharing.prepare(model, "policy") == "packed"
         assert kernel_form(model.config._attn_implementation) == form
         assert f"{form}:{impl} attention" in caplog.text

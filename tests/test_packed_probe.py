@@ -1,4 +1,4 @@
-"""The packed forward chosen by proof (trainer/probe.py): models whose positions break the
+"""The packed forward chosen by proof (shared_forward/probe.py): models whose positions break the
 packed layout's premise (GPT-2's learned absolute positions, Phi-3's LongRoPE past its
 threshold) fall back to per row with the measured difference logged; models where it is
 exact (Llama, OPT in this transformers) keep it. Tiny random configs, offline."""
@@ -21,8 +21,11 @@ from transformers import (
 )
 from trl.trainer.utils import add_fused_lm_head
 
-from contrastive_rlvr.trainer.packed_prefix import packed_prefix_forward, supports_packed_prefix
-from contrastive_rlvr.trainer.probe import (
+from contrastive_rlvr.shared_forward.packed_prefix import (
+    packed_prefix_forward,
+    supports_packed_prefix,
+)
+from contrastive_rlvr.shared_forward.probe import (
     PROBE_TOLERANCE,
     per_row_logps,
     probe_packed_forward,
@@ -30,7 +33,7 @@ from contrastive_rlvr.trainer.probe import (
     rope_threshold,
     synthetic_batch,
 )
-from contrastive_rlvr.trainer.sharing import PromptSharing
+from contrastive_rlvr.shared_forward.sharing import PromptSharing
 
 VOCAB = 97
 THRESHOLD = 32  # LongRoPE's original_max_position_embeddings in the tiny Phi-3
@@ -102,7 +105,7 @@ def test_models_the_list_accepted_fail_the_probe(name, caplog):
     prompt_ids, prompt_mask, completion_ids, completion_mask = synthetic_batch(20, 8, VOCAB)
     ids = torch.cat([prompt_ids, completion_ids], 1)
     mask = torch.cat([prompt_mask, completion_mask], 1)
-    caplog.set_level(logging.INFO, logger="contrastive_rlvr.trainer.sharing")
+    caplog.set_level(logging.INFO, logger="contrastive_rlvr.shared_forward.sharing")
     with sharing.prompts("plain"):
         out = sharing.forward(model, ids, mask, 8, batch_size=None, compute_entropy=False,
                               compute_aux_loss=False, extra={})  # fmt: skip

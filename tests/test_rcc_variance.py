@@ -9,6 +9,11 @@ import pytest
 import torch
 
 from contrastive_rlvr.algorithms import rcc_advantages
+from contrastive_rlvr.algorithms.diagnostics import (
+    group_gradient_variance,
+    projected_gradients,
+    random_directions,
+)
 from contrastive_rlvr.algorithms.gradient_variance import (
     composition_log_probs,
     composition_rows,
@@ -20,11 +25,6 @@ from contrastive_rlvr.algorithms.gradient_variance import (
     variance_optimal_baseline,
 )
 from contrastive_rlvr.algorithms.registry import get_recipe, recipe_advantages
-from contrastive_rlvr.trainer.diagnostics import (
-    group_gradient_variance,
-    projected_gradients,
-    random_directions,
-)
 
 torch.set_num_threads(1)
 F64 = torch.float64

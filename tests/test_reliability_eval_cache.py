@@ -14,7 +14,7 @@ from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 from contrastive_rlvr.evaluation import EvalConfig, evaluate
 from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR
 from contrastive_rlvr.evaluation.cache import file_sha256, weights_fingerprint
-from contrastive_rlvr.evaluation.generate import HFGenerator
+from contrastive_rlvr.generation import HFGenerator
 
 
 def save_model(path: Path, seed: int) -> Path:

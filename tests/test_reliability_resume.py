@@ -19,13 +19,13 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from contrastive_rlvr.cli import app
-from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.checkpoints import (
+from contrastive_rlvr.checkpoints import (
     checkpoint_problems,
     config_differences,
     newest_complete_checkpoint,
 )
+from contrastive_rlvr.cli import app
+from contrastive_rlvr.trainer import train
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError
 

@@ -514,7 +514,7 @@ def _eval_config(model: Path, out: Path, limit: int) -> EvalConfig:
 def batch_dependent_generation(monkeypatch):
     """HF draws a whole batch from one seed: a sample depends on its batch. This stand-in
     makes that visible: each completion names the size of the batch it was drawn in."""
-    from contrastive_rlvr.evaluation.generate import HFGenerator
+    from contrastive_rlvr.generation import HFGenerator
 
     def generate(self, prompts, seed):
         return [f"batch of {len(prompts)}, seed {seed}" for _ in prompts]

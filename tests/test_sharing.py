@@ -15,9 +15,9 @@ import torch
 from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model
 from trl import GRPOTrainer
 
-import contrastive_rlvr.trainer.sharing as sharing_module
-from contrastive_rlvr.trainer.packed_prefix import SPLIT_ATTENTION
-from contrastive_rlvr.trainer.sharing import PromptSharing
+import contrastive_rlvr.shared_forward.sharing as sharing_module
+from contrastive_rlvr.shared_forward.packed_prefix import SPLIT_ATTENTION
+from contrastive_rlvr.shared_forward.sharing import PromptSharing
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from contrastive_rlvr.trainer.packed_prefix import (
+from contrastive_rlvr.shared_forward.packed_prefix import (
     IGNORE_INDEX,
     SPLIT_ATTENTION,
     PackedPrefixUnsupported,

@@ -8,7 +8,7 @@ from trainer_utils import save_tiny_model
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from contrastive_rlvr.trainer.prefix import distinct_rows, shared_prefix_logps
+from contrastive_rlvr.shared_forward.prefix import distinct_rows, shared_prefix_logps
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ def _take_debug(args: list[str]) -> list[str]:
 
 def _fail(err: BaseException, code: int) -> NoReturn:
     """Print ``err`` as one ``error:`` line (its traceback too with --debug) and exit."""
-    from .trainer.preflight import UserError
+    from .errors import UserError
 
     if _STATE["debug"]:
         traceback.print_exception(err, file=sys.stderr)

@@ -263,7 +263,7 @@ def _folder_clash(run_dir: Path, settings: dict) -> str | None:
     other settings than ``settings`` (None: it holds none, or one made with these)."""
     import yaml
 
-    from .trainer.checkpoints import newest_complete_checkpoint
+    from .checkpoints import newest_complete_checkpoint
     from .trainer.run import CONFIG_FILE
 
     saved_file = run_dir / CONFIG_FILE
@@ -498,7 +498,7 @@ class RunResult:
 def _resume_args(run: RunSpec) -> list[str]:
     """How an unfinished run continues: from its newest complete checkpoint, else anew in
     its folder (replacing what the stopped attempt left)."""
-    from .trainer.checkpoints import newest_complete_checkpoint
+    from .checkpoints import newest_complete_checkpoint
     from .trainer.run import SUMMARY_FILE, holds_run
 
     resumable = newest_complete_checkpoint(run.output_dir)[0] is not None

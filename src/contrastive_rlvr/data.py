@@ -452,7 +452,7 @@ def resolve_instruction(option: str, conversational: bool) -> str | None:
     """The text an ``instruction`` option appends (None: nothing): ``auto`` is the
     box-your-answer instruction for string prompts and nothing for conversational ones,
     which pass as the user wrote them; ``default`` that instruction; ``none`` nothing."""
-    from .evaluation.generate import DEFAULT_INSTRUCTION
+    from .generation import DEFAULT_INSTRUCTION
 
     if option == "auto":
         return None if conversational else DEFAULT_INSTRUCTION

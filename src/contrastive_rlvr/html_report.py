@@ -27,7 +27,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from .trainer.callbacks import CLIP_FRACTION_KEYS
+from .metrics import CLIP_FRACTION_KEYS
 
 #: metrics.jsonl keys of the diagnostics table (absent ones are left out).
 DIAGNOSTIC_KEYS = (

@@ -27,6 +27,14 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..generation import (
+    DEFAULT_INSTRUCTION,
+    Generator,
+    HFGenerator,
+    VLLMGenerator,
+    build_prompt,
+    vllm_available,
+)
 from ..rewards import MathVerifyReward
 from .benchmarks import (
     BenchmarkSource,
@@ -43,14 +51,6 @@ from .cache import (
     fingerprint,
     state_fingerprint,
     weights_fingerprint,
-)
-from .generate import (
-    DEFAULT_INSTRUCTION,
-    Generator,
-    HFGenerator,
-    VLLMGenerator,
-    build_prompt,
-    vllm_available,
 )
 from .report import BenchmarkReport, results_table, summarize
 
@@ -259,7 +259,7 @@ def _check_inputs(
 ) -> tuple[dict[str, Any], dict[str, BenchmarkSource]]:
     """What can be checked before the model loads; returns the benchmarks' problems and
     where each was read from."""
-    from ..trainer.preflight import check_model_path, check_output_dir
+    from ..input_checks import check_model_path, check_output_dir
 
     check_output_dir(out_dir)
     benchmarks_dir(config.benchmarks_dir)  # a given directory must exist
@@ -318,7 +318,7 @@ def _check_same_model(out_dir: Path, model: str) -> None:
 def _saved_weights_problems(path: Path) -> str | None:
     """Why the weights of a saved model folder are truncated or missing (a save cut short
     by a kill or a full disk), checked from their headers before anything loads."""
-    from ..trainer.checkpoints import weights_problems
+    from ..checkpoints import weights_problems
 
     if not path.is_dir():
         return None

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from .preflight import UserError
+from ..errors import UserError
 
 
 class OutputDirLock:

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import torch
 from transformers import TrainerCallback
 
-from .preflight import UserError
+from ..errors import UserError
 
 NonFinitePolicy = Literal["error", "skip_group"]
 NONFINITE_POLICIES: tuple[str, ...] = ("error", "skip_group")

@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from .preflight import UserError
+from ..errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ already scaled for gradient accumulation. It is made of
 
 - a :class:`PolicyLogps` pass: log pi_theta(o | prompt) on the plain prompt or on
   BiCC's conditioned one (then encoding each distinct prompt once, see
-  :mod:`.prefix`);
+  :mod:`~contrastive_rlvr.shared_forward.prefix`);
 - an objective: :class:`PolicyObjective` (the registry's policy losses, with the
   seed methods' options) or :class:`ContrastiveObjective` (ConSPO);
 - with BiCC's ``bicc_mix < 1``, a :class:`MixedLoss` that puts that share on the
@@ -45,7 +45,7 @@ from ..algorithms import (
     seed_method_loss,
     sequence_delta,
 )
-from .stages.diagnostics import delta_metrics
+from ..algorithms.diagnostics import delta_metrics
 from .trl_settings import uses_trl_loss
 
 Metrics = dict[str, torch.Tensor]

@@ -13,21 +13,11 @@ functions), so the run does not load them twice.
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-#: Seconds the Hub has to answer whether a model id exists.
-HUB_TIMEOUT_S = 10
-#: ``org/name`` or ``name``: what the Hugging Face Hub accepts as a repository id.
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-class UserError(ValueError):
-    """A mistake in the user's input (a config value, a file, a path): the CLI prints it as
-    one ``error: ...`` line and exits 2, without a traceback."""
+from ..errors import UserError
+from ..input_checks import check_model_path, check_output_dir, hub_offline
 
 
 @dataclass
@@ -38,56 +28,6 @@ class PreflightResult:
     split: Any = None  # data.HeldoutSplit of its rows in the seeded order (by problem)
     rewards: list[Any] = field(default_factory=list)
     reward_names: list[str] = field(default_factory=list)
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-
-
-def check_model_path(model: str) -> None:
-    """A local model path must exist (and hold a model); a Hub id must be cached when offline.
-
-    A value that looks like a path (starts with ``/``, ``.`` or ``~``, has more than one
-    ``/``, ends with ``.gguf``) and does not exist is reported as a missing path, not
-    passed to the Hub client, whose message would be about an invalid repository id.
-    """
-    from ..models import ALIASES, gguf_path
-
-    if model in ALIASES:
-        try:
-            gguf_path(model)
-        except FileNotFoundError as err:
-            raise UserError(f"model={model!r}: {err}") from err
-        return
-    path = Path(model).expanduser()
-    if path.exists():
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise UserError(
-                f"model={model!r}: the directory has no config.json, so it is not a saved "
-                "Hugging Face model; point model at the folder save_pretrained wrote"
-            )
-        if path.is_file() and path.suffix != ".gguf":
-            raise UserError(
-                f"model={model!r} is a file: give a model directory, a .gguf file or a Hub id"
-            )
-        return
-    if not _HUB_ID.match(model) or model.endswith(".gguf"):
-        raise UserError(
-            f"model={model!r}: no such file or directory; give an existing local model "
-            "directory, a .gguf file, a Hugging Face model id or 'embedded'"
-        )
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-        if not isinstance(cached, str):
-            raise UserError(
-                f"model={model!r} is not a local path and not in the Hugging Face cache, and "
-                "HF_HUB_OFFLINE is set so it cannot be downloaded; give a local model directory "
-                "or download it first"
-            )
-    else:
-        check_hub_reachable(model)
 
 
 def check_report_to(report_to: Any) -> None:
@@ -105,24 +45,6 @@ def check_report_to(report_to: Any) -> None:
         )
 
 
-def check_hub_reachable(model: str) -> None:
-    """A Hub id that is not in the local cache must be reachable now (else the download
-    would fail inside the model's loading, as a traceback)."""
-    from huggingface_hub import model_info, try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(model, "config.json"), str):
-        return
-    try:
-        model_info(model, timeout=HUB_TIMEOUT_S)
-    except Exception as err:  # noqa: BLE001 - any failure to reach it is the user's to fix
-        reason = " ".join(str(err).split())[:200] or type(err).__name__
-        raise UserError(
-            f"model={model!r} is not in the Hugging Face cache and the Hub cannot give it "
-            f"({type(err).__name__}: {reason}); check the id and the network, or give a "
-            "local model directory"
-        ) from err
-
-
 def check_push_to_hub(config: Any) -> None:
     """``push_to_hub=true``: the upload at the end of the run can happen (not offline, a
     token the Hub accepts), checked now rather than when the Trainer creates the repository
@@ -130,7 +52,7 @@ def check_push_to_hub(config: Any) -> None:
     if not getattr(config, "push_to_hub", False):
         return
     keep = "or set push_to_hub=false (the final model is saved in output_dir either way)"
-    if _offline():
+    if hub_offline():
         raise UserError(
             f"push_to_hub=true but HF_HUB_OFFLINE is set, so the run could not upload its "
             f"model; unset HF_HUB_OFFLINE, {keep}"
@@ -164,24 +86,6 @@ def check_quantization(config: Any) -> None:
             f"{asked[0]}=true needs bitsandbytes, which is not installed; pip install "
             f"bitsandbytes (quantized training runs on a CUDA GPU), or set {asked[0]}=false"
         )
-
-
-def check_output_dir(path: str | os.PathLike[str]) -> None:
-    """The output directory is named, and can be created and written to."""
-    if not str(path).strip():
-        # Path("") is the current folder: a run would write its files among the user's.
-        raise UserError(
-            f"output_dir={str(path)!r} is empty: give the folder the run writes to "
-            "(e.g. runs/my-run)"
-        )
-    out = Path(path)
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
 
 
 def load_dataset_of(config: Any) -> Any:

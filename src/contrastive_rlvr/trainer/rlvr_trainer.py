@@ -18,7 +18,7 @@ seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
-  run in one forward encoding each prompt once (:mod:`.sharing`; tests/test_sharing.py).
+  run in one forward encoding each prompt once (:class:`.PromptSharing`; tests/test_sharing.py).
 - ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
@@ -36,6 +36,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
+from ..shared_forward.sharing import PromptSharing
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
@@ -45,7 +46,6 @@ from .loss import LossContext, build_loss
 from .model_card import ProjectModelCard
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
-from .sharing import PromptSharing
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
 
@@ -121,7 +121,7 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         """Per-token log-probs (B, C) of the completion after the prompt (with ``entropy``,
         and the per-token entropies (B, C), as a pair). ``share_prefix``: the prompts are
         BiCC's conditioned ones (else plain); each kind is encoded once per distinct prompt
-        when the run shares it (:mod:`.sharing`). With gradient, a MoE model's router loss
+        when the run shares it (:class:`.PromptSharing`). With gradient, a MoE model's router loss
         is kept for ``_compute_loss`` (TRL's)."""
         aux = self.aux_loss_enabled and torch.is_grad_enabled()
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
@@ -140,7 +140,7 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
         compute_entropy=False, compute_aux_loss=False, **extra,
     ):  # fmt: skip
-        """TRL hook: TRL's, but repeated prompts shared (:class:`.sharing.PromptSharing`)."""
+        """TRL hook: TRL's, but repeated prompts shared (:class:`.PromptSharing`)."""
         shared = self.prompt_sharing.forward(
             model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, extra=extra,

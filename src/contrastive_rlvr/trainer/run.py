@@ -17,19 +17,20 @@ import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
-from ..logs import follow_log_level
-from .callbacks import RichProgress
-from .checkpoints import (
+from ..checkpoints import (
     config_differences,
     list_checkpoints,
     newest_complete_checkpoint,
     weights_problems,
 )
+from ..errors import UserError
+from ..logs import follow_log_level
+from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
 from .model_options import model_load_kwargs, peft_config_of
-from .preflight import PreflightResult, UserError, preflight
+from .preflight import PreflightResult, preflight
 from .rlvr_trainer import RLVRTrainer
 
 logger = logging.getLogger(__name__)
@@ -297,7 +298,7 @@ def _heldout_evaluator(
     renders it (its chat template once, with ``chat_template_kwargs``), and the reward
     called as TRL calls it (the raw prompt, the completion as a message list for a
     conversation, every other column as a keyword argument)."""
-    from ..evaluation.generate import HFGenerator
+    from ..generation import HFGenerator
 
     template_kwargs = config.chat_template_kwargs or {}
     if isinstance(template_kwargs, str):

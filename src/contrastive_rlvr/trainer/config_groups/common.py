@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..preflight import UserError
+from ...errors import UserError
 
 
 def check(ok: bool, name: str, value: object, fix: str) -> None:

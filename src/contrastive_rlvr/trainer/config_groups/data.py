@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from ...errors import UserError
 from ..guards import DEFAULT_SNAPSHOT_BYTES, NONFINITE_POLICIES
-from ..preflight import UserError
 from .common import check, finite
 
 #: Fields whose default is kept for the embedded model; setting them means a custom model.

@@ -3,40 +3,9 @@ collapse rate and, with a delta, Cov(R, delta) and the delta of correct vs wrong
 
 from __future__ import annotations
 
-import torch
-
-from ...algorithms import DEFAULT_RCC_BOUND, collapse_rate, group_covariance, rcc_baseline
-from ...algorithms.ops import group_view
+from ...algorithms import DEFAULT_RCC_BOUND, collapse_rate
+from ...algorithms.diagnostics import delta_metrics
 from .base import Batch, StageContext
-
-
-def delta_metrics(
-    rewards: torch.Tensor,
-    delta: torch.Tensor,
-    group_size: int,
-    *,
-    threshold: float,
-    rcc_coef: float | None,
-    rcc_bound: str = DEFAULT_RCC_BOUND,
-) -> dict[str, torch.Tensor]:
-    """The delta diagnostics of rows (N,) in whole groups: ``rcc/cov`` (mean over groups of
-    Cov(R, delta)), ``rcc/delta_mean``, ``rcc/delta_correct``, ``rcc/delta_wrong`` and, with
-    ``rcc_coef``, ``rcc/baseline_shift`` = mean |b* - mean(R)|. Absent where undefined
-    (groups of 1, no correct or no wrong row)."""
-    g, correct = group_size, rewards > threshold
-    delta = delta.to(rewards.dtype)
-    out = {"rcc/delta_mean": delta.mean()}
-    if g >= 2:  # evaluation may run groups of 1 (num_generations_eval=1): no covariance
-        out["rcc/cov"] = group_covariance(rewards, delta, g).mean()
-    if correct.any():
-        out["rcc/delta_correct"] = delta[correct].mean()
-    if (~correct).any():
-        out["rcc/delta_wrong"] = delta[~correct].mean()
-    if rcc_coef is not None and g >= 2:
-        group_mean = group_view(rewards, g).mean(1).repeat_interleave(g)
-        b = rcc_baseline(rewards, delta, g, coef=rcc_coef, bound=rcc_bound)
-        out["rcc/baseline_shift"] = (b - group_mean).abs().mean()
-    return out
 
 
 class BatchDiagnostics:

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from .packed_prefix import IGNORE_INDEX, _unwrap, packed_prefix_forward
+from .layout import _unwrap
+from .packed_prefix import IGNORE_INDEX, packed_prefix_forward
 
 # Largest mean |packed - per-row| log-prob (nats over scored tokens) accepted, by the dtype the
 # forward computes in. A position bug costs tenths of a nat to nats (GPT-2 3.79, LongRoPE 0.85

@@ -13,7 +13,7 @@ each segment over [its prompt ; itself]). The same two steps map onto:
   each segment's queries over the keys [its prompt's shared part ; its own tokens]: the
   end alignment lets query i see the whole prompt and its own tokens up to i. A key no
   one may see inside a completion (a 0 inside ``completion_mask``) has no varlen form: such
-  a batch raises :class:`~.packed_prefix.PackedPrefixUnsupported` and runs per row.
+  a batch raises :class:`~.layout.PackedPrefixUnsupported` and runs per row.
   Where ``flash_attn`` is not importable, :func:`varlen_attention_reference` (pure torch,
   the kernel's semantics) runs instead; the tests run it on CPU in values and gradients.
 - **flex** (:data:`FLEX_ATTENTION`, for a model on ``flex_attention``): one call over the
@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +39,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-if TYPE_CHECKING:
-    from .packed_prefix import PackedLayout
+from .layout import PackedLayout, PackedPrefixUnsupported, _unwrap
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +86,6 @@ def _offsets(lengths: list[int], device: torch.device) -> torch.Tensor:
 def varlen_layout(layout: PackedLayout) -> VarlenLayout:
     """Index the packed layout for flash varlen; raises ``PackedPrefixUnsupported`` when a
     segment has a key no one may see (varlen masks by lengths only)."""
-    from .packed_prefix import PackedPrefixUnsupported
-
     seg, key_ok = layout.segment, layout.key_ok
     device, length = seg.device, seg.size(1)
     if bool((~key_ok & (seg >= 0)).any()):
@@ -301,8 +297,6 @@ def enable_kernel_form(
     (:data:`KERNEL_FORMS`), or with ``form`` any model to that form over its own
     implementation (the tests run the varlen form on an SDPA model with the stand-in).
     Returns the form's name, or None (nothing changed) for another implementation."""
-    from .packed_prefix import _unwrap
-
     config = _unwrap(model).config
     impl = config._attn_implementation
     if kernel_form(impl) is not None:

@@ -34,14 +34,9 @@ from typing import Any, Literal
 
 import torch
 
+from .layout import PackedPrefixUnsupported, _unwrap
 from .packed_kernels import enable_kernel_form
-from .packed_prefix import (
-    PackedPrefixUnsupported,
-    _unwrap,
-    enable_split_attention,
-    packed_prefix_forward,
-    supports_packed_prefix,
-)
+from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
 from .prefix import shared_prefix_logps
 from .probe import probe_packed_forward
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..models import ALIASES
+from .models import ALIASES
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 

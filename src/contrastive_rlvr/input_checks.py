@@ -1,0 +1,108 @@
+"""Checks of the paths a user gives, run before any model loads: the model (a local folder,
+a ``.gguf`` file, a cached or reachable Hub id) and the output folder.
+
+Training (:func:`contrastive_rlvr.trainer.preflight.preflight`) and evaluation
+(:func:`contrastive_rlvr.evaluation.evaluate`) both run them, so they live below both.
+Each raises :class:`~contrastive_rlvr.errors.UserError` with one line naming the value and
+the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import UserError
+
+#: Seconds the Hub has to answer whether a model id exists.
+HUB_TIMEOUT_S = 10
+#: ``org/name`` or ``name``: what the Hugging Face Hub accepts as a repository id.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value."""
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def check_model_path(model: str) -> None:
+    """A local model path must exist (and hold a model); a Hub id must be cached when offline.
+
+    A value that looks like a path (starts with ``/``, ``.`` or ``~``, has more than one
+    ``/``, ends with ``.gguf``) and does not exist is reported as a missing path, not
+    passed to the Hub client, whose message would be about an invalid repository id.
+    """
+    from .models import ALIASES, gguf_path
+
+    if model in ALIASES:
+        try:
+            gguf_path(model)
+        except FileNotFoundError as err:
+            raise UserError(f"model={model!r}: {err}") from err
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise UserError(
+                f"model={model!r}: the directory has no config.json, so it is not a saved "
+                "Hugging Face model; point model at the folder save_pretrained wrote"
+            )
+        if path.is_file() and path.suffix != ".gguf":
+            raise UserError(
+                f"model={model!r} is a file: give a model directory, a .gguf file or a Hub id"
+            )
+        return
+    if not _HUB_ID.match(model) or model.endswith(".gguf"):
+        raise UserError(
+            f"model={model!r}: no such file or directory; give an existing local model "
+            "directory, a .gguf file, a Hugging Face model id or 'embedded'"
+        )
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if not isinstance(cached, str):
+            raise UserError(
+                f"model={model!r} is not a local path and not in the Hugging Face cache, and "
+                "HF_HUB_OFFLINE is set so it cannot be downloaded; give a local model directory "
+                "or download it first"
+            )
+    else:
+        check_hub_reachable(model)
+
+
+def check_hub_reachable(model: str) -> None:
+    """A Hub id that is not in the local cache must be reachable now (else the download
+    would fail inside the model's loading, as a traceback)."""
+    from huggingface_hub import model_info, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    try:
+        model_info(model, timeout=HUB_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - any failure to reach it is the user's to fix
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise UserError(
+            f"model={model!r} is not in the Hugging Face cache and the Hub cannot give it "
+            f"({type(err).__name__}: {reason}); check the id and the network, or give a "
+            "local model directory"
+        ) from err
+
+
+def check_output_dir(path: str | os.PathLike[str]) -> None:
+    """The output directory is named, and can be created and written to."""
+    if not str(path).strip():
+        # Path("") is the current folder: a run would write its files among the user's.
+        raise UserError(
+            f"output_dir={str(path)!r} is empty: give the folder the run writes to "
+            "(e.g. runs/my-run)"
+        )
+    out = Path(path)
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")

@@ -1,0 +1,77 @@
+"""The catalogue of metrics a run writes to ``metrics.jsonl``: each key and its meaning
+(also in docs/metrics.md).
+
+The trainer's callbacks log under these keys and the report and plots read them back, so
+the table lives below both.
+"""
+
+from __future__ import annotations
+
+#: metrics.jsonl keys every run logs whichever loss it uses (the stages', the guards', the
+#: verifier's and TRL's generation-side ones), and their meaning (also in docs/metrics.md).
+METRIC_KEYS = {
+    "step": "optimizer step",
+    "reward": "mean total reward of the step's completions (TRL)",
+    "reward/accuracy": "share of completions with reward > reward_threshold",
+    "reward/unscorable": "rows every reward function left unscored (counted as reward 0)",
+    "adv/collapse_rate": "share of groups whose rewards are all equal (zero advantage)",
+    "rcc/cov": "mean over groups of the population Cov(R, delta)",
+    "rcc/delta_mean": "mean delta of all completions",
+    "rcc/delta_correct": "mean delta of the correct completions",
+    "rcc/delta_wrong": "mean delta of the wrong completions",
+    "rcc/baseline_shift": "(RCC on) mean |b* - mean_g R| over groups",
+    "bicc/context_tokens": "(BiCC on) mean tokens of BiCC context added per row",
+    "bicc/conditioned_frac": "(BiCC on) share of rows given a conditioned prompt",
+    "bicc/first_update_clip_frac": "(BiCC on) clip/frac (or TRL's clip_ratio/region_mean) of "
+    "the run's first optimizer update, logged once (docs/bicc.md, ratio modes)",
+    "reward/skipped_groups": "groups skipped for a non-finite reward (skip_group)",
+    "loss/nonfinite_total": "training losses found non-finite so far",
+    "loss/skipped_updates_total": "optimizer steps skipped for a non-finite loss or gradient",
+    "guard/rolled_back_total": "optimizer steps rolled back for non-finite parameters",
+    # The verifier's counters (math_verify rewards; cumulative since the reward was made,
+    # summed over reward functions and processes; VerifierCountersCallback).
+    "verifier/timeouts": "answers whose verifier worker's alarm fired (scored 0)",
+    "verifier/killed": "answers whose worker missed the deadline and was killed (scored 0)",
+    "verifier/crashed": "answers whose worker died while checking them (scored 0)",
+    "verifier/errors": "answers on which math-verify raised (scored 0)",
+    "verifier/worker_restarts": "verifier workers started to replace killed or dead ones",
+    "verifier/worker_crashes": "verifier worker processes found dead",
+    "verifier/server_restarts": "verifier servers found dead and started again",
+    "loss": "training loss (TRL)",
+    "step_time": "seconds of the optimizer step, generation included (TRL)",
+}
+
+#: The loss-side keys of a run on the project's loss (gmpo, conspo, ReCo, OC-GRPO,
+#: GSPO-token, rcc_reference='sampling', bicc_mix < 1: trl_settings.project_loss_reason).
+PROJECT_LOSS_METRIC_KEYS = {
+    "loss/policy": "the policy term of the loss, without KL (policy recipes)",
+    "clip/frac": "share of tokens (rows for gspo) where clipping zeroes the gradient",
+    "clip/low_frac": "the same, ratio below 1 - clip_low with A < 0 (gmpo: its log-ratio)",
+    "clip/high_frac": "the same, ratio above 1 + clip_high with A > 0 (gmpo: its log-ratio)",
+    "ratio/mean": "mean importance ratio (rows for gspo; gmpo's geometric-mean weight)",
+    "kl/mean": "(reference log-probs in the batch: beta > 0) mean per-token k3 KL",
+    "conspo/valid_groups": "(conspo) share of groups with both positives and negatives",
+    "conspo/pos_prob": "(conspo) mean InfoNCE probability of the positives",
+    "conspo/score_gap": "(conspo) mean score of the positives minus the negatives",
+    "aux_loss": "(a MoE model) the router load-balancing loss, as TRL logs it",
+}
+
+#: The loss-side keys of a run on TRL's own _compute_loss (grpo, dr_grpo, dapo, gspo
+#: otherwise), under TRL's names; per token, per sequence for gspo (sequence-level ratio).
+TRL_LOSS_METRIC_KEYS = {
+    "clip_ratio/low_mean": "share of tokens (rows for gspo) with ratio < 1 - epsilon and A < 0",
+    "clip_ratio/high_mean": "share of tokens (rows for gspo) with ratio > 1 + epsilon_high, A > 0",
+    "clip_ratio/region_mean": "share of tokens (rows for gspo) in either clipped region",
+    "clip_ratio/low_min": "lowest share of low-clipped tokens in one completion",
+    "clip_ratio/high_max": "highest share of high-clipped tokens in one completion",
+    "entropy": "mean per-token entropy of the policy over completion tokens",
+    "kl": "(beta > 0) mean per-token KL to the reference (TRL's k3, or its bias-corrected one)",
+    "policy_loss": "(entropy_coef set) the loss before the entropy bonus",
+    "entropy_coef": "(entropy_coef set) the entropy bonus coefficient of the step",
+    "aux_loss": "(a MoE model) the router load-balancing loss",
+}
+
+#: The share clipped to zero gradient as each loss route logs it: the project's losses
+#: (tokens; rows for GSPO), TRL's ``_compute_loss`` (the same definition, clip_ratio/*).
+CLIP_FRACTION_KEYS = ("clip/frac", "clip_ratio/region_mean")
+FIRST_UPDATE_CLIP_KEY = "bicc/first_update_clip_frac"
