@@ -1,5 +1,5 @@
 """``bicc/first_update_clip_frac``: the clip fraction of a BiCC run's first update, logged
-once, from the project's loss (``clip/frac``) and from TRL's (``clip_ratio/region_mean``)."""
+once, from the project's loss and from TRL's (both log ``clip_ratio/region_mean``)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ def _step_end(buffer: dict, step: int) -> dict:
 
 
 def test_first_step_mean_of_the_micro_batch_fractions_of_either_route():
-    # the project's loss: two micro-batches at 0.1 and 0.3 -> 0.2
-    assert _step_end(defaultdict(list, {"clip/frac": [0.1, 0.3]}), 1)[KEY] == [pytest.approx(0.2)]
+    # two micro-batches at 0.1 and 0.3 -> 0.2
+    two = {"clip_ratio/region_mean": [0.1, 0.3]}
+    assert _step_end(defaultdict(list, two), 1)[KEY] == [pytest.approx(0.2)]
     # TRL's loss: 0.625 and 0.375 (a NaN micro-batch, no completion tokens, is left out)
     trl = {"clip_ratio/region_mean": [0.625, float("nan"), 0.375], "clip_ratio/low_mean": [1.0]}
     assert _step_end(defaultdict(list, trl), 1)[KEY] == [pytest.approx(0.5)]
     # a later step (a resumed run), or a loss without clipping (ConSPO): nothing added
-    assert KEY not in _step_end(defaultdict(list, {"clip/frac": [0.4]}), 2)
+    assert KEY not in _step_end(defaultdict(list, {"clip_ratio/region_mean": [0.4]}), 2)
     assert KEY not in _step_end(defaultdict(list, {"conspo/loss": [0.4]}), 1)
 
 
@@ -58,10 +59,11 @@ def _run(tmp_path: Path, warm_start: Path, *flags: str) -> list[dict]:
 
 
 def test_project_loss_route_logs_its_clip_frac_of_step_one_only(tmp_path, warm_start):
-    # bicc_mix 0.5 (the embedded default): the project's mixed loss, paper ratio mode
+    # bicc_mix 0.5 (the embedded default): the project's mixed loss, paper ratio mode,
+    # logged under TRL's name (one key per quantity whichever loss computed it)
     lines = _run(tmp_path, warm_start, "--bicc_ratio_mode", "paper")
-    assert "clip_ratio/region_mean" not in lines[0]
-    assert lines[0][KEY] == pytest.approx(lines[0]["clip/frac"])
+    assert "clip/frac" not in lines[0] and "loss/policy" in lines[0]
+    assert lines[0][KEY] == pytest.approx(lines[0]["clip_ratio/region_mean"])
     assert lines[0][KEY] > 0  # paper mode: pi(o|[q;O]) / pi_old(o|q) != 1 on-policy
     assert KEY not in lines[1]
 
@@ -69,7 +71,7 @@ def test_project_loss_route_logs_its_clip_frac_of_step_one_only(tmp_path, warm_s
 def test_trl_loss_route_logs_trls_region_clip_ratio(tmp_path, warm_start):
     # bicc_mix 1 with grpo: TRL's _compute_loss on the conditioned prompt ids
     lines = _run(tmp_path, warm_start, "--bicc_mix", "1.0", "--bicc_ratio_mode", "paper")
-    assert "clip/frac" not in lines[0]
+    assert "clip/frac" not in lines[0] and "loss/policy" not in lines[0]
     assert lines[0][KEY] == pytest.approx(lines[0]["clip_ratio/region_mean"])
     assert lines[0][KEY] > 0
     assert KEY not in lines[1]

@@ -282,8 +282,8 @@ def test_loss_metric_keys_follow_the_loss_route(model_dir, tmp_path, overrides, 
     always = {
         "trl": {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                 "clip_ratio/low_min", "clip_ratio/high_max", "entropy", "kl"},
-        "project": {"loss/policy", "clip/frac", "clip/low_frac", "clip/high_frac",
-                    "ratio/mean", "kl/mean"},
+        "project": {"loss/policy", "clip_ratio/region_mean", "clip_ratio/low_mean",
+                    "clip_ratio/high_mean", "ratio/mean", "kl"},
     }[route]  # fmt: skip
     assert always <= logged
     assert not (set(other) - set(ours)) & logged

@@ -193,8 +193,8 @@ def _diagnostics_section(folder: Path) -> str:
     return (
         "<h2>Diagnostics (mean over logged steps)</h2>"
         + _table(["run", "steps", *keys], rows)
-        + "<p class=note>Definitions: docs/metrics.md. The clip share is clip/frac on the "
-        "project's loss, clip_ratio/region_mean on TRL's.</p>"
+        + "<p class=note>Definitions: docs/metrics.md. The clip share is "
+        "clip_ratio/region_mean on either loss route.</p>"
     )
 
 

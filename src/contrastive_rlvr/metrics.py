@@ -22,8 +22,8 @@ METRIC_KEYS = {
     "rcc/baseline_shift": "(RCC on) mean |b* - mean_g R| over groups",
     "bicc/context_tokens": "(BiCC on) mean tokens of BiCC context added per row",
     "bicc/conditioned_frac": "(BiCC on) share of rows given a conditioned prompt",
-    "bicc/first_update_clip_frac": "(BiCC on) clip/frac (or TRL's clip_ratio/region_mean) of "
-    "the run's first optimizer update, logged once (docs/bicc.md, ratio modes)",
+    "bicc/first_update_clip_frac": "(BiCC on) clip_ratio/region_mean of the run's first "
+    "optimizer update, logged once (docs/bicc.md, ratio modes)",
     "reward/skipped_groups": "groups skipped for a non-finite reward (skip_group)",
     "loss/nonfinite_total": "training losses found non-finite so far",
     "loss/skipped_updates_total": "optimizer steps skipped for a non-finite loss or gradient",
@@ -45,11 +45,12 @@ METRIC_KEYS = {
 #: GSPO-token, rcc_reference='sampling', bicc_mix < 1: trl_settings.project_loss_reason).
 PROJECT_LOSS_METRIC_KEYS = {
     "loss/policy": "the policy term of the loss, without KL (policy recipes)",
-    "clip/frac": "share of tokens (rows for gspo) where clipping zeroes the gradient",
-    "clip/low_frac": "the same, ratio below 1 - clip_low with A < 0 (gmpo: its log-ratio)",
-    "clip/high_frac": "the same, ratio above 1 + clip_high with A > 0 (gmpo: its log-ratio)",
+    "clip_ratio/region_mean": "share of tokens (rows for gspo) where clipping zeroes the "
+    "gradient (gmpo: its clipped log-ratio)",
+    "clip_ratio/low_mean": "the same, ratio below 1 - clip_low with A < 0",
+    "clip_ratio/high_mean": "the same, ratio above 1 + clip_high with A > 0",
     "ratio/mean": "mean importance ratio (rows for gspo; gmpo's geometric-mean weight)",
-    "kl/mean": "(reference log-probs in the batch: beta > 0) mean per-token k3 KL",
+    "kl": "(reference log-probs in the batch: beta > 0) mean per-token k3 KL",
     "conspo/valid_groups": "(conspo) share of groups with both positives and negatives",
     "conspo/pos_prob": "(conspo) mean InfoNCE probability of the positives",
     "conspo/score_gap": "(conspo) mean score of the positives minus the negatives",
@@ -71,7 +72,22 @@ TRL_LOSS_METRIC_KEYS = {
     "aux_loss": "(a MoE model) the router load-balancing loss",
 }
 
-#: The share clipped to zero gradient as each loss route logs it: the project's losses
-#: (tokens; rows for GSPO), TRL's ``_compute_loss`` (the same definition, clip_ratio/*).
-CLIP_FRACTION_KEYS = ("clip/frac", "clip_ratio/region_mean")
+#: The core losses' metric names (``contrastive_rlvr.algorithms``) -> the name a run logs:
+#: TRL's, for the quantities TRL's ``_compute_loss`` logs too (the same definitions), so
+#: one quantity has one key whichever loss route computed it.
+LOGGED_NAMES = {
+    "clip/frac": "clip_ratio/region_mean",
+    "clip/low_frac": "clip_ratio/low_mean",
+    "clip/high_frac": "clip_ratio/high_mean",
+    "kl/mean": "kl",
+}
+
+
+def logged_name(core_key: str) -> str:
+    """The metrics.jsonl key of a core loss metric (:data:`LOGGED_NAMES`)."""
+    return LOGGED_NAMES.get(core_key, core_key)
+
+
+#: The share clipped to zero gradient, on either loss route (tokens; rows for GSPO).
+CLIP_FRACTION_KEYS = ("clip_ratio/region_mean",)
 FIRST_UPDATE_CLIP_KEY = "bicc/first_update_clip_frac"

@@ -90,8 +90,8 @@ class FirstUpdateClipFraction(TrainerCallback):
     from the ratio's definition: with BiCC's ``paper`` mode the ratio is
     ``pi(o|[q;O_opp]) / pi_old(o|q)``, not 1 (docs/bicc.md). At the end of step 1 the
     trainer's metric buffer (``metrics()``, TRL's ``_metrics["train"]``) holds that
-    step's per-micro-batch clip fractions, appended by the project's loss as
-    ``clip/frac`` or by TRL's as ``clip_ratio/region_mean``; their mean (what the step's
+    step's per-micro-batch clip fractions, appended by either loss route as
+    ``clip_ratio/region_mean``; their mean (what the step's
     own log line shows under that name) is added under the new key, which the next log
     writes (with ``logging_steps`` > 1 too: it is not mixed with later steps). A resumed
     run (first step already past) logs nothing; a loss without clipping (ConSPO) neither.

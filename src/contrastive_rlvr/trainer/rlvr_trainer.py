@@ -1,5 +1,4 @@
-"""``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC
-and the seed methods VeriGate, ReCo and OC-GRPO.
+"""``RLVRTrainer``: TRL's GRPOTrainer running the recipes with BiCC, RCC, VeriGate, ReCo, OC-GRPO.
 
 TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, PEFT, logging and
 checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
@@ -36,6 +35,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
+from ..metrics import logged_name
 from ..shared_forward.sharing import PromptSharing
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
@@ -292,8 +292,8 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
             self.nonfinite_losses += 1
             self._nonfinite_pending = True
             loss = torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0
-        for key, value in metrics.items():
-            self._log(mode, key, self.accelerator.gather(value.reshape(1)).nanmean())
+        for key, value in metrics.items():  # under TRL's names where TRL logs the same
+            self._log(mode, logged_name(key), self.accelerator.gather(value.reshape(1)).nanmean())
         self._log(mode, "loss/nonfinite_total", self.nonfinite_losses)
         self._log(mode, "loss/skipped_updates_total", self.skipped_updates)
         return loss
