@@ -1,12 +1,12 @@
 """``RLVRTrainer``: TRL's GRPOTrainer running this project's recipes, with BiCC and RCC
-and the seed methods VeriGate, ReCo and OC-GRPO.
+and the token-level methods VeriGate, ReCo and OC-GRPO.
 
 TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, PEFT, logging and
 checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
 built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
 and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
 hooks (private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``, the
-seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
+token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.

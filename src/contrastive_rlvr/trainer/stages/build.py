@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...algorithms.bicc_rows import chat_renderer, template_encoder
-from ..seed_inputs import build_process_scorer
+from ..token_method_inputs import build_process_scorer
 from ..training_diagnostics import reads_batch_delta
 from ..trl_settings import effective_recipe, keeps_trl_advantages
 from .advantages import Advantages
