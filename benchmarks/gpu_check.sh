@@ -68,7 +68,7 @@ rm -rf "$stand_ins"
 mkdir -p "$stand_ins"
 for module in datasets pandas pyarrow; do
   if ! "$python" -c "import $module" 2>/dev/null; then
-    cp -r "$here/stand_ins/$module" "$stand_ins/"
+    cp -r "$here/stand_ins/${module}_stand_in" "$stand_ins/$module"
     echo "stand-in: $module (not installed here; benchmarks/gpu_stand_ins/README.md)"
   fi
 done

@@ -18,7 +18,7 @@ Arms (``--arms``, comma-separated):
 - ``reco_expected_entropy``: both.
 
 The entropy factor's Z (``reco_factor_norm`` mean) is the loss micro-batch's mean
-entropy of the current policy (``docs/seed-methods.md``).
+entropy of the current policy (``docs/token-methods.md``).
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/reco_passk.py \\
         --out runs/reco-passk --seeds 0,1,2 --terms 5 --n 64 [--dry-run]
@@ -58,7 +58,7 @@ ARMS: dict[str, tuple[str, ...]] = {
         *("--reco_factor", "entropy"),
     ),
 }
-#: Completion budget per number of terms (the seed-methods runs used 28 at 5 terms).
+#: Completion budget per number of terms (the token-level method runs used 28 at 5 terms).
 MAX_COMPLETION = {3: None, 4: None, 5: 28}
 
 

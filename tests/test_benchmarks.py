@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contrastive_rlvr.evaluation import BENCHMARKS, ENV_VAR, load_benchmark
-from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR, resolve_benchmark
+from contrastive_rlvr.evaluation.suites import PACKAGED_DIR, resolve_benchmark
 from contrastive_rlvr.rewards import MathVerifyReward
 
 EXPECTED_ROWS = {"math500": 500, "amc23": 40, "aime24": 30, "aime25": 30, "gsm8k": 1319}

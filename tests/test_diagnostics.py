@@ -16,7 +16,7 @@ from contrastive_rlvr.algorithms.diagnostics import (
     random_directions,
     ratio_margin,
 )
-from contrastive_rlvr.trainer.diagnostics import DELTAS_FILE, TrainingDiagnostics
+from contrastive_rlvr.trainer.training_diagnostics import DELTAS_FILE, TrainingDiagnostics
 
 
 def test_projected_gradients_of_a_linear_scorer():

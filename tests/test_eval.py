@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
 from contrastive_rlvr.evaluation import EvalConfig, evaluate, ks_for, summarize
-from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR
 from contrastive_rlvr.evaluation.run import _score
+from contrastive_rlvr.evaluation.suites import PACKAGED_DIR
 from contrastive_rlvr.generation import HFGenerator
 from contrastive_rlvr.rewards import MathVerifyReward
 

@@ -54,7 +54,7 @@ def test_a_spent_budget_runs_nothing_and_fails(steps, capsys):
 def test_datasets_stand_in_matches_the_real_package():
     import datasets
 
-    stand_in = _load("datasets_stand_in", BENCH / "gpu_stand_ins" / "datasets" / "__init__.py")
+    stand_in = _load("datasets_stand_in", BENCH / "gpu_stand_ins" / "datasets_stand_in" / "__init__.py")
     columns = {"prompt": ["a", "b", "c", "d"], "answer": ["1", "2", "3", "4"]}
     real, ours = datasets.Dataset.from_dict(columns), stand_in.Dataset.from_dict(columns)
     assert len(ours) == len(real) == 4

@@ -14,8 +14,8 @@ from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model, tok
 
 import contrastive_rlvr.trainer.loss as loss_module
 from contrastive_rlvr.algorithms import rcc_advantages, rcc_baseline
-from contrastive_rlvr.trainer.diagnostics import reads_batch_delta
 from contrastive_rlvr.trainer.stages.build import rcc_delta_pass_reason
+from contrastive_rlvr.trainer.training_diagnostics import reads_batch_delta
 
 
 @pytest.fixture(scope="module")

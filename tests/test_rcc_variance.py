@@ -109,7 +109,7 @@ def test_projected_gradients_of_a_bandit_equal_the_softmax_scores():
 
 @pytest.mark.parametrize("bound", ["none", "reward_range"])
 def test_grad_var_estimator_tracks_the_exact_bandit_variance(bound):
-    """diag/grad_var_{plain,rcc} (trainer.diagnostics) against the exact value.
+    """diag/grad_var_{plain,rcc} (trainer.training_diagnostics) against the exact value.
 
     On-policy bandit, 12 answers (4 right, logits +1), G = 8, GRPO advantages,
     RCC with the frozen reference (uniform): the estimator's expectation is

@@ -12,8 +12,8 @@ import pytest
 from contrastive_rlvr.embedded.model import build_tiny_model
 from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 from contrastive_rlvr.evaluation import EvalConfig, evaluate
-from contrastive_rlvr.evaluation.benchmarks import PACKAGED_DIR
 from contrastive_rlvr.evaluation.cache import file_sha256, weights_fingerprint
+from contrastive_rlvr.evaluation.suites import PACKAGED_DIR
 from contrastive_rlvr.generation import HFGenerator
 
 

@@ -1,4 +1,4 @@
-"""Which recipes and switches the seed methods combine with, and the loss they pick."""
+"""Which recipes and switches the token-level methods combine with, and the loss they pick."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def test_train_help_lists_every_field_project_groups_first():
     # Help text, not only names: BiCC's ratio mode and TRL's learning rate.
     assert "pi_old(o|q)" in out and "The initial learning rate" in out
     headings = ["Command:", "Model, data and run:", "Recipe and loss:", "BiCC (", "RCC ("]
-    headings += ["Seed methods (", "Diagnostics:", "TRL ("]
+    headings += ["Token-level methods (", "Diagnostics:", "TRL ("]
     positions = [out.index("\n" + h) for h in headings]
     assert positions == sorted(positions)
     assert out.index("--bicc_mix") < out.index("\nTRL (") < out.index("--learning_rate")

@@ -1,4 +1,4 @@
-"""The seed methods in the trainer: VeriGate, ReCo and OC-GRPO switched on in RLVRTrainer.
+"""The token-level methods in the trainer: VeriGate, ReCo and OC-GRPO switched on in RLVRTrainer.
 
 The formulas have their own hand-worked tests (tests/test_seed_methods_*.py);
 these check the wiring: which rows get which inputs, on which prompt the loss
@@ -26,8 +26,12 @@ import contrastive_rlvr.trainer.stages.reco as reco_stage_module
 from contrastive_rlvr.algorithms import ArithmeticStepScorer, group_advantages, verigate_advantages
 from contrastive_rlvr.embedded import load_char_tokenizer
 from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
-from contrastive_rlvr.trainer.seed_inputs import build_process_scorer, guided_rows, response_keys
 from contrastive_rlvr.trainer.stages.process_scorers import PRMScorer
+from contrastive_rlvr.trainer.token_method_inputs import (
+    build_process_scorer,
+    guided_rows,
+    response_keys,
+)
 
 SOLUTION = "12+5=17"  # hint at fraction 0.5: the first floor(0.5 * 7) = 3 characters, "12+"
 SCORER = "test_trainer_seed_methods:digit_scorer"
@@ -348,7 +352,7 @@ def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, 
     assert total.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
 
 
-MULTI_SCRIPT = Path(__file__).parent / "scripts" / "seed_methods_run.py"
+MULTI_SCRIPT = Path(__file__).parent / "scripts" / "token_methods_run.py"
 
 
 def launch(args: list[str], processes: int) -> None:

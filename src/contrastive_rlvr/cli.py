@@ -1,5 +1,5 @@
 """contrastive-rlvr: RL with verifiable rewards for language models (GRPO variants with
-BiCC, RCC, ConSPO and the seed methods), on TRL.
+BiCC, RCC, ConSPO and the token-level methods), on TRL.
 
 Each command's --help lists its options; `train --help` lists every training field."""
 

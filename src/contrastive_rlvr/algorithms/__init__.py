@@ -64,13 +64,13 @@ from .reco import (
 )
 from .registry import RECIPES, Recipe, get_recipe, recipe_advantages, register_recipe
 from .sampling_correction import corrected_advantages, off_policy_mask, row_weights
-from .seed_methods import (
+from .step_checker import ArithmeticStepScorer, equations_right
+from .token_methods import (
     SEED_METHOD_CONFLICTS,
     SEED_METHOD_RECIPES,
     check_seed_method_compat,
     seed_method_loss,
 )
-from .step_checker import ArithmeticStepScorer, equations_right
 from .verigate import (
     PROCESS_NORMS,
     STEP_RULES,

@@ -1,7 +1,7 @@
 """OC-GRPO: Off-Context GRPO, guided rollouts for problems the model never solves (2026).
 
 Only the paper's abstract is public; the formulas are our reading
-(``docs/seed-methods.md``; closest published relative: Guide-GRPO). When a
+(``docs/token-methods.md``; closest published relative: Guide-GRPO). When a
 group has no correct completion (:func:`all_fail_groups`), its prompt ``q``
 is sampled again with privileged guidance ``h`` in the prompt
 (:func:`hint_prefix`, :func:`guided_prompt`). The guided completions are

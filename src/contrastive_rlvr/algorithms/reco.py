@@ -7,7 +7,7 @@ token importance ratio further reinforces tokens that became more likely.
 ReCo normalises each response by its occurrence in the group and replaces
 the ratio by a "variance-based ratio" that gives a larger update scale to
 non-saturated decision points. The formulas below are our reading
-(``docs/seed-methods.md``).
+(``docs/token-methods.md``).
 
 (a) Occurrence weight of row i (:func:`occurrence_weights`):
 ``w_i = 1 / c_i``, ``c_i`` the number of rows of i's group with the same key

@@ -1,7 +1,7 @@
 """VeriGate: verifier-gated step-level advantages ("Verifier-Gated Step-Level GRPO", 2026).
 
 Only the paper's abstract is public; the formulas here are our reading of it
-(see ``docs/seed-methods.md``). Per group of G completions:
+(see ``docs/token-methods.md``). Per group of G completions:
 
 - if the verifier (outcome) rewards differ, every token of completion i gets
   the usual outcome advantage ``A_i`` (:func:`group_advantages`, or any per-row
@@ -27,7 +27,7 @@ Only the paper's abstract is public; the formulas here are our reading of it
   number of steps left, so an all-right group gets advantages that fall along
   each completion and favour longer chains (seven 3-step and one 4-step
   completion, all steps right, without std: ``(.92, -.08, -1.08)`` and
-  ``(1.92, .92, -.08, -1.08)``). Kept as an option (``docs/seed-methods.md``).
+  ``(1.92, .92, -.08, -1.08)``). Kept as an option (``docs/token-methods.md``).
 
 Shapes: ``B`` rows laid out group by group, ``T`` completion tokens, ``G``
 group size; the step index of each token is a (B, T) long tensor, -1 on

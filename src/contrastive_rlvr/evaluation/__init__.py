@@ -4,9 +4,9 @@ Entry point: :func:`evaluate` with an :class:`EvalConfig` (what the
 ``contrastive-rlvr eval`` command runs). Benchmarks: :func:`load_benchmark`.
 """
 
-from .benchmarks import BENCHMARKS, ENV_VAR, benchmarks_dir, get_benchmark_spec, load_benchmark
 from .report import BenchmarkReport, ks_for, results_table, summarize
 from .run import EvalConfig, EvalResult, evaluate
+from .suites import BENCHMARKS, ENV_VAR, benchmarks_dir, get_benchmark_spec, load_benchmark
 
 __all__ = [
     "BENCHMARKS",

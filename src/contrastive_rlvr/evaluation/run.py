@@ -36,15 +36,6 @@ from ..generation import (
     vllm_available,
 )
 from ..rewards import MathVerifyReward
-from .benchmarks import (
-    BenchmarkSource,
-    benchmarks_dir,
-    get_benchmark_spec,
-    is_file_item,
-    load_source,
-    parse_fields,
-    resolve_benchmark,
-)
 from .cache import (
     HASH_INDEX,
     GenerationCache,
@@ -53,6 +44,15 @@ from .cache import (
     weights_fingerprint,
 )
 from .report import BenchmarkReport, results_table, summarize
+from .suites import (
+    BenchmarkSource,
+    benchmarks_dir,
+    get_benchmark_spec,
+    is_file_item,
+    load_source,
+    parse_fields,
+    resolve_benchmark,
+)
 
 logger = logging.getLogger(__name__)
 Backend = Literal["auto", "hf", "vllm"]
@@ -65,7 +65,7 @@ class EvalConfig:
     model: str
     """HF model id, local directory, ``.gguf`` file, or alias such as ``smollm2-135m``."""
     benchmarks: list[str] = field(default_factory=lambda: ["math500"])
-    """Benchmark names (``evaluation.benchmarks.BENCHMARKS``) or files (a ``.jsonl``,
+    """Benchmark names (``evaluation.suites.BENCHMARKS``) or files (a ``.jsonl``,
     ``.json`` or ``.parquet`` path, or ``NAME=PATH``)."""
     benchmark_fields: str | None = None
     """Field mapping of the file benchmarks: ``prompt=question,answer=answer,id=qid,

@@ -168,8 +168,8 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     report_to), ``metrics.jsonl``, the verifier counters, BiCC's first-update clip
     fraction and the diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
-    from .diagnostics import diagnostics_callback
     from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
+    from .training_diagnostics import diagnostics_callback
 
     config = trainer.args
     guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)

@@ -2,7 +2,7 @@
 
 :class:`RLVRConfig` is one dataclass (one YAML file, one set of ``--field``
 options) made of the groups in :mod:`.config_groups`, one per concern: model
-and data, recipe and loss, BiCC, RCC, seed methods, diagnostics. Every field is
+and data, recipe and loss, BiCC, RCC, token-level methods, diagnostics. Every field is
 documented once (its ``help`` is the ``train --help`` text) and validated in
 ``__post_init__`` before any model loads: each group checks its own fields,
 this class the combinations; an invalid value raises a ``ValueError`` naming the

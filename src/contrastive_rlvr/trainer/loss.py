@@ -8,7 +8,7 @@ already scaled for gradient accumulation. It is made of
   BiCC's conditioned one (then encoding each distinct prompt once, see
   :mod:`~contrastive_rlvr.shared_forward.prefix`);
 - an objective: :class:`PolicyObjective` (the registry's policy losses, with the
-  seed methods' options) or :class:`ContrastiveObjective` (ConSPO);
+  token-level methods' options) or :class:`ContrastiveObjective` (ConSPO);
 - with BiCC's ``bicc_mix < 1``, a :class:`MixedLoss` that puts that share on the
   conditioned prompts and the rest on the plain ones.
 

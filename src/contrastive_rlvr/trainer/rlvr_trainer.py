@@ -5,7 +5,7 @@ checkpoints. This class keeps only the TRL hooks it overrides and hands the work
 built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
 and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
 hooks (private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``, the
-seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
+token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.

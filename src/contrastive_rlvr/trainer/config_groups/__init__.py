@@ -14,7 +14,7 @@ from .data import DataOptions
 from .diagnostics import DiagnosticsOptions
 from .rcc import RCCOptions
 from .recipe import RecipeOptions
-from .seed_methods import SeedMethodOptions
+from .token_methods import SeedMethodOptions
 
 # The order ``train --help`` lists them in (TRL's own fields come after).
 GROUPS = (

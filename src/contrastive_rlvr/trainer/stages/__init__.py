@@ -4,9 +4,9 @@ the config. See docs/architecture.md for the table of stages."""
 
 from .advantages import Advantages
 from .base import Batch, Pipeline, Stage, StageContext
+from .batch_diagnostics import BatchDiagnostics
 from .bicc import ConditionedPrompts
 from .build import RunFacts, build_stages, needs_reference
-from .diagnostics import BatchDiagnostics
 from .dynamic_sampling import DynamicSampling, PromptWalk
 from .hinted_round import HintedRound
 from .logprobs import LogProbPasses

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...algorithms.bicc_rows import chat_renderer, template_encoder
-from ..diagnostics import reads_batch_delta
-from ..seed_inputs import build_process_scorer
+from ..token_method_inputs import build_process_scorer
+from ..training_diagnostics import reads_batch_delta
 from ..trl_settings import effective_recipe, keeps_trl_advantages
 from .advantages import Advantages
 from .base import Pipeline
+from .batch_diagnostics import BatchDiagnostics
 from .bicc import ConditionedPrompts
-from .diagnostics import BatchDiagnostics
 from .dynamic_sampling import DynamicSampling
 from .hinted_round import HintedRound
 from .logprobs import LogProbPasses

@@ -1,4 +1,4 @@
-"""OC-GRPO's hinted round: all-fail groups sampled again with a hint (docs/seed-methods.md).
+"""OC-GRPO's hinted round: all-fail groups sampled again with a hint (docs/token-methods.md).
 
 Each process samples its own all-fail groups again with a prefix of the reference
 solution in the prompt, through TRL's generation and scoring; scoring gathers
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from ...algorithms import all_fail_groups, oc_merge
-from ..seed_inputs import guided_rows
 from ..shaping import add_unguided_keys, take_rows
+from ..token_method_inputs import guided_rows
 from .base import Batch, StageContext
 
 

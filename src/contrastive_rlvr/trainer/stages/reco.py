@@ -1,4 +1,4 @@
-"""ReCo's response weights (docs/seed-methods.md): by default a response that occurs k
+"""ReCo's response weights (docs/token-methods.md): by default a response that occurs k
 times in its group weighs 1/k (``weights="count"``); with ``weights="expected"`` a
 response weighs 1 / max(1, G pi_old(o | q)), its expected occurrence in G draws. Plus
 the whole batch's normalisers, so that the micro-batch losses add up to the loss of the
@@ -11,7 +11,7 @@ import torch
 from ...algorithms import expected_occurrence_weights, occurrence_weights
 from ...algorithms.ops import masked_fill_zero
 from ..batching import unpad
-from ..seed_inputs import response_keys
+from ..token_method_inputs import response_keys
 from .base import Batch, StageContext
 
 

@@ -1,4 +1,4 @@
-"""VeriGate's process advantages (docs/seed-methods.md): in groups whose verifier
+"""VeriGate's process advantages (docs/token-methods.md): in groups whose verifier
 rewards are all equal (no outcome signal), token-level advantages from process
 (step) scores; elsewhere the recipe's outcome advantages."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from ...algorithms import ProcessScorer, gated_groups, verigate_advantages
 from ..batching import unpad
-from ..seed_inputs import step_scores_and_index
+from ..token_method_inputs import step_scores_and_index
 from .base import Batch, StageContext
 
 

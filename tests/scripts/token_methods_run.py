@@ -1,4 +1,4 @@
-"""Run 2 steps with each seed method (VeriGate, ReCo, OC-GRPO) on fixed completions and dump,
+"""Run 2 steps with each token-level method (VeriGate, ReCo, OC-GRPO) on fixed completions and dump,
 per process, what each step's scored batch holds (used by tests/test_trainer_seed_methods.py,
 launched with one process or with ``torch.distributed.run --nproc_per_node 2``).
 Arguments: model_dir out_dir plan (e.g. ``verigate:4,reco:4,oc_grpo:8``).

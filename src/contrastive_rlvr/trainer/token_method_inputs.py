@@ -1,5 +1,5 @@
-"""Text-side inputs of the seed methods for the trainer: VeriGate's step scores, ReCo's
-response keys and OC-GRPO's guided prompts (formulas in ``docs/seed-methods.md``).
+"""Text-side inputs of the token-level methods for the trainer: VeriGate's step scores, ReCo's
+response keys and OC-GRPO's guided prompts (formulas in ``docs/token-methods.md``).
 
 The tensor math is in :mod:`contrastive_rlvr.algorithms`; this module turns the
 trainer's token ids and dataset rows into what those functions take.

@@ -1,4 +1,4 @@
-"""Which recipes and switches the seed methods VeriGate, ReCo and OC-GRPO combine with.
+"""Which recipes and switches the token-level methods VeriGate, ReCo and OC-GRPO combine with.
 
 One table, one check, one place that picks the policy loss, so that the
 trainer never chains ``if`` tests on method names.
@@ -29,7 +29,7 @@ from __future__ import annotations
 from .losses import get_policy_loss, loss_option_names
 from .registry import get_recipe
 
-#: Recipes each seed method works with.
+#: Recipes each token-level method works with.
 SEED_METHOD_RECIPES: dict[str, tuple[str, ...]] = {
     "verigate": ("grpo", "dr_grpo", "dapo", "gspo"),
     "reco": ("grpo", "dr_grpo", "dapo"),

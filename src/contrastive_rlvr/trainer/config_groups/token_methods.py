@@ -1,4 +1,4 @@
-"""Seed-method options: VeriGate, ReCo and OC-GRPO (docs/seed-methods.md)."""
+"""Token-level method options: VeriGate, ReCo and OC-GRPO (docs/token-methods.md)."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ from .common import check
 class SeedMethodOptions:
     """VeriGate's process advantages, ReCo's occurrence weights, OC-GRPO's hinted round."""
 
-    help_group: ClassVar[str] = "Seed methods (VeriGate, ReCo, OC-GRPO)"
+    help_group: ClassVar[str] = "Token-level methods (VeriGate, ReCo, OC-GRPO)"
 
     verigate: bool = field(
         default=False,
         metadata={
             "help": "VeriGate: groups whose verifier rewards are all equal get token-level "
-            "advantages from process (step) scores (docs/seed-methods.md)."
+            "advantages from process (step) scores (docs/token-methods.md)."
         },
     )
     verigate_step_rule: Literal["lines", "chain", "regex"] = field(
@@ -64,7 +64,7 @@ class SeedMethodOptions:
         default=False,
         metadata={
             "help": "ReCo: occurrence-weighted responses and a variance factor in place of the "
-            "token ratio (docs/seed-methods.md)."
+            "token ratio (docs/token-methods.md)."
         },
     )
     reco_weights: Literal["count", "expected"] = field(

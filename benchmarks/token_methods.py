@@ -1,4 +1,4 @@
-"""The seed methods' metrics of embedded-task runs: one table row per run directory.
+"""The token-level methods' metrics of embedded-task runs: one table row per run directory.
 
 For each ``contrastive-rlvr train`` output directory: held-out avg@n before and
 after RL (``summary.json``), the means over steps of the VeriGate and OC-GRPO
@@ -7,7 +7,7 @@ over total all-fail groups), and pass@k for k = 1..n on the held-out split,
 n samples per problem from the last checkpoint (temperature 1, seeded), with
 the unbiased estimator :func:`contrastive_rlvr.algorithms.pass_at_k`.
 
-Usage: python benchmarks/seed_methods.py runs/a runs/b [--terms 4] [--n 16] [--seed 0]
+Usage: python benchmarks/token_methods.py runs/a runs/b [--terms 4] [--n 16] [--seed 0]
 """
 
 from __future__ import annotations
