@@ -20,6 +20,10 @@ METRIC_KEYS = {
     "reward/accuracy": "share of completions with reward > reward_threshold",
     "reward/unscorable": "rows every reward function left unscored (counted as reward 0)",
     "adv/collapse_rate": "share of groups whose rewards are all equal (zero advantage)",
+    "adv/collapse_wrong_rate": "share of groups whose rewards are all equal and all wrong "
+    "(<= reward_threshold, e.g. all 0)",
+    "adv/collapse_correct_rate": "share of groups whose rewards are all equal and all "
+    "correct (> reward_threshold, e.g. all 1)",
     "rcc/cov": "mean over groups of the population Cov(R, delta)",
     "rcc/delta_mean": "mean delta of all completions",
     "rcc/delta_correct": "mean delta of the correct completions",
@@ -230,10 +234,12 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     the CLI's runs and hand-built ones log alike): the non-finite update guard
     (``trainer.update_guard``) and skip, the running counters in the logs (so in every
     report_to), ``metrics.jsonl``, the verifier counters, BiCC's first-update clip
-    fraction and the diagnostics."""
+    fraction, the learning-signal checks (``trainer.learning_signal``) and the
+    diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
     from .diagnostics import diagnostics_callback
     from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
+    from .learning_signal import LearningSignal
 
     config = trainer.args
     guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
@@ -256,6 +262,9 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
         trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
     trainer.add_callback(MetricsJsonl(config.output_dir))
+    # Whether the run can learn, and if not why (docs/first-run.md).
+    trainer.learning_signal = LearningSignal(trainer)
+    trainer.add_callback(trainer.learning_signal)
     diagnostics = diagnostics_callback(trainer, config.output_dir)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)

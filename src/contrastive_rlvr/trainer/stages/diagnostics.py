@@ -39,8 +39,23 @@ def delta_metrics(
     return out
 
 
+def collapse_reasons(rewards: torch.Tensor, group_size: int, threshold: float) -> dict:
+    """Of the groups of rows (N,) whose rewards are all equal (no advantage, no gradient),
+    the share of all groups that are so because every row is wrong (reward <=
+    ``threshold``, e.g. all 0: ``adv/collapse_wrong_rate``) and because every row is
+    correct (e.g. all 1: ``adv/collapse_correct_rate``); 0-dim tensors."""
+    groups = group_view(rewards, group_size)  # (N/G, G)
+    high, low = groups.max(dim=1).values, groups.min(dim=1).values
+    equal = high == low
+    return {
+        "adv/collapse_wrong_rate": (equal & (high <= threshold)).float().mean(),
+        "adv/collapse_correct_rate": (equal & (low > threshold)).float().mean(),
+    }
+
+
 class BatchDiagnostics:
-    """Logs ``reward/accuracy``, ``adv/collapse_rate``; with ``shared["delta"]``:
+    """Logs ``reward/accuracy``, ``adv/collapse_rate`` (and why: ``adv/collapse_wrong_rate``,
+    ``adv/collapse_correct_rate``, :func:`collapse_reasons`); with ``shared["delta"]``:
     ``rcc/cov`` (mean over groups of Cov(R, delta)), ``rcc/delta_mean``,
     ``rcc/delta_correct``, ``rcc/delta_wrong`` and, when ``rcc_coef`` is set (RCC on),
     ``rcc/baseline_shift`` = mean |b* - mean(R)| (b* with the run's ``rcc_bound``). Keeps
@@ -67,6 +82,8 @@ class BatchDiagnostics:
         correct = rewards > self.threshold
         ctx.log("reward/accuracy", correct.float().mean())
         ctx.log("adv/collapse_rate", collapse_rate(rewards, g))
+        for key, value in collapse_reasons(rewards, g, self.threshold).items():
+            ctx.log(key, value)
         stats = {"rewards": rewards.detach().cpu()}
         delta = batch.shared.get("delta")
         if delta is not None:  # (with RCC's delta taken at loss time, the loss logs these)
