@@ -222,3 +222,6 @@ def test_same_named_rewards_log_apart_and_format_is_not_the_heldout_reward(
     # a.py's score is always 0, b.py's always 1: two keys, not one blend of 0.5.
     assert row["rewards/score/mean"] == 0.0
     assert row["rewards/score_2/mean"] == 1.0
+    # Every completion's total reward is 0 + 0 + 1: every group all correct.
+    collapsed = summary["learning_signal"]["causes"]["collapsed"]
+    assert "all correct, e.g. all 1: 100%" in collapsed and "too easy" in collapsed

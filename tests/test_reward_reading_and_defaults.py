@@ -132,3 +132,15 @@ def test_the_settings_a_short_run_depends_on_are_printed_at_the_start(tmp_path, 
     assert "held-out reward math_verify" in line
     config = parse_config(None, args[1:])
     assert settings_line(config) == line.removeprefix("settings: ")
+
+
+def test_the_held_out_reward_and_the_no_signal_policy_do_not_block_a_resume():
+    from contrastive_rlvr.trainer.checkpoints import config_differences
+
+    base = ["--model", "m", "--dataset", "d.jsonl", "--rewards", "format", "math_verify"]
+    saved = parse_config(None, base).to_dict()
+    now = parse_config(None, [*base, "--no_learning_signal", "error",
+                              "--heldout_reward", "format"]).to_dict()  # fmt: skip
+    assert config_differences(saved, now) == []
+    changed = parse_config(None, [*base, "--answer_phrase", "false"]).to_dict()
+    assert config_differences(saved, changed) == ["answer_phrase: True -> False"]

@@ -238,10 +238,12 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
     from .diagnostics import diagnostics_callback
-    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
+    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, unique_names
     from .learning_signal import LearningSignal
 
     config = trainer.args
+    # Two reward functions of one name log under two metric keys (score, score_2).
+    trainer.reward_func_names = unique_names(list(trainer.reward_func_names))
     guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
     guard.reduce = lambda flag: trainer.accelerator.reduce(
         flag.to(trainer.accelerator.device), reduction="sum"

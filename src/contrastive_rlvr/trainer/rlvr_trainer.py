@@ -27,7 +27,6 @@ seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -49,32 +48,6 @@ from .shaping import with_overlong_penalty
 from .sharing import PromptSharing
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
-
-logger = logging.getLogger(__name__)
-
-
-def unique_names(names: list[str]) -> list[str]:
-    """``names`` with each repeat of a name given a suffix (``score``, ``score_2``, ...),
-    so that two reward functions of one name log under two metric keys
-    (``rewards/<name>/mean``) instead of blending into one; the renaming is logged."""
-    seen: dict[str, int] = {}
-    taken = set(names)
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] == 1:
-            out.append(name)
-            continue
-        k = seen[name]
-        while f"{name}_{k}" in taken:
-            k += 1
-        taken.add(f"{name}_{k}")
-        out.append(f"{name}_{k}")
-        logger.warning(
-            "two reward functions are named %r: the one at position %d logs as %r",
-            name, len(out), out[-1],
-        )  # fmt: skip
-    return out
 
 
 class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
@@ -99,7 +72,6 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
         fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
         super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
-        self.reward_func_names = unique_names(self.reward_func_names)
         follow_log_level(self.args.get_process_log_level())  # as Trainer does for its own
         config: RLVRConfig = self.args
         self.recipe = effective_recipe(config)
