@@ -16,7 +16,7 @@ EVAL=(--benchmarks "sums=$OUT/data/heldout.jsonl" --benchmark-fields prompt=ques
 $PY -m contrastive_rlvr.cli eval --model smollm2-135m "${EVAL[@]}" --output-dir "$OUT/eval-before"
 $PY -m contrastive_rlvr.cli train --model smollm2-135m --dataset "$OUT/data/train.jsonl" \
   --rewards benchmarks/word_problems.py:integer_reward --output_dir "$OUT/train" \
-  --bicc true --rcc true --learning_rate 2e-5 --lr_scheduler_type constant --warmup_steps 0 \
+  --bicc true --bicc_mix 1.0 --rcc true --learning_rate 2e-5 --lr_scheduler_type constant --warmup_steps 0 \
   --max_steps "$STEPS" --num_generations 4 --per_device_train_batch_size 8 \
   --max_completion_length 64 --temperature 0.7 --heldout_size 8 --eval_n 1 \
   --report_to tensorboard --save_steps "$STEPS" --save_total_limit 1

@@ -31,12 +31,15 @@ def test_paper_yaml_is_table_4_with_bicc_and_rcc_off():
     assert "model" not in raw  # the model comes from --model
     config = parse_config(config_path("paper.yaml"), ["--model", "smollm2-135m"])
     # Table 4: AdamW lr 1e-6, betas (0.9, 0.999), weight decay 0.01, clipping 1.0,
-    # cosine schedule with 100 warm-up steps of 3000; G = 8; context ratio 0.4 (Table 3).
+    # cosine schedule with 100 warm-up steps of 3000 (here a ratio, 0.0333 of the run);
+    # G = 8; context ratio 0.4 (Table 3).
     assert config.learning_rate == 1e-6
     assert (config.adam_beta1, config.adam_beta2) == (0.9, 0.999)
     assert config.weight_decay == 0.01 and config.max_grad_norm == 1.0
     assert str(config.lr_scheduler_type.value) == "cosine"
-    assert (config.warmup_steps, config.max_steps) == (100, 3000)
+    # The 100 warm-up steps as a share of the run: 100 at 3000 steps, 1 at 20.
+    assert config.max_steps == 3000 and config.get_warmup_steps(3000) == 100
+    assert config.get_warmup_steps(20) == 1
     assert config.num_generations == 8 and config.bicc_context_ratio == 0.4
     assert not config.bicc and not config.rcc
     assert config.model == "smollm2-135m"

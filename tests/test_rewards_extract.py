@@ -64,7 +64,9 @@ def test_last_number_fallback_only_when_asked():
     # an empty box (the prompt's "within \boxed{}" echoed) does not hide the number
     echoed = "The answer is 120. Put it within \\boxed{}."
     assert extract_answer(echoed, last_number_fallback=True) == "120"
-    assert extract_answer(echoed) is None
+    # ...and "The answer is 120" states it in prose (step 4, on by default)
+    assert extract_answer(echoed) == "120"
+    assert extract_answer(echoed, answer_phrase=False) is None
     # a boxed answer beats the fallback
     assert extract_answer("\\boxed{7} and 8", last_number_fallback=True) == "7"
     assert last_number("x is -3/4.") == "-3/4"

@@ -46,6 +46,9 @@ NON_TRAINING_FIELDS = frozenset(
         "logging_strategy", "logging_first_step", "logging_nan_inf_filter",
         "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor",
         "dataloader_pin_memory", "base_config",
+        # What scores the held-out avg@n and whether a run without signal is an error:
+        # neither changes a training step.
+        "heldout_reward", "no_learning_signal",
     }
 )  # fmt: skip
 

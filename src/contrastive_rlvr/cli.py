@@ -46,9 +46,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 _DEBUG_FROM_ENV = os.environ.get("CONTRASTIVE_RLVR_DEBUG", "") not in ("", "0")
 _STATE = {"debug": _DEBUG_FROM_ENV}
 #: What an error line ends with: the flag that prints the traceback, and where it goes.
-DEBUG_HINT = (
-    " (traceback: add --debug anywhere on the command line, or CONTRASTIVE_RLVR_DEBUG=1)"
-)
+DEBUG_HINT = " (traceback: add --debug anywhere on the command line, or CONTRASTIVE_RLVR_DEBUG=1)"
 
 
 @app.callback()
@@ -196,15 +194,28 @@ def train(
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
     if main:
+        from .trainer.run import settings_line
+
         typer.echo(f"base configuration: {cfg.base_config}")
+        typer.echo(f"settings: {settings_line(cfg)}")
     summary = _run(run_training, cfg)
     if not main:
         return
+    scorer = summary.get("heldout_reward")
     typer.echo(
-        f"held-out avg@{summary['eval_n']}: {summary['heldout_avg@n_before']:.3f} before RL -> "
+        f"held-out avg@{summary['eval_n']}{f' ({scorer})' if scorer else ''}: "
+        f"{summary['heldout_avg@n_before']:.3f} before RL -> "
         f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "
         f"({summary['wall_seconds']:.0f} s)"
     )
+    signal = summary.get("learning_signal") or {}
+    for name, message in (signal.get("causes") or {}).items():
+        typer.echo(f"warning ({name}): {message}")
+    if signal.get("learned_nothing"):
+        typer.echo(
+            f"the run learned nothing: {signal['learned_nothing']} (--no_learning_signal "
+            "error makes this an error)"
+        )
     typer.echo(json.dumps(summary))
 
 
@@ -336,13 +347,20 @@ def eval_command(
         False,
         "--last-number-fallback",
         "--last_number_fallback",
-        help="Score the last number when no answer is boxed.",
+        help="Score the last number when no answer is boxed, on a line or in prose "
+        "(train: --last_number_fallback true).",
     ),
     answer_line: bool = typer.Option(
         True,
         "--answer-line/--no-answer-line",
         "--answer_line/--no_answer_line",
         help="Read a last 'Answer: X' line when a completion has no <answer> and no box.",
+    ),
+    answer_phrase: bool = typer.Option(
+        True,
+        "--answer-phrase/--no-answer-phrase",
+        "--answer_phrase/--no_answer_phrase",
+        help="Then read the last 'the answer is X' of the prose ('So, the final answer is 4.').",
     ),
 ) -> None:
     """Sample n completions per problem, verify them, print avg@n, pass@k, unparsable."""
@@ -364,6 +382,7 @@ def eval_command(
         benchmarks_dir=str(benchmarks_dir) if benchmarks_dir else None,
         last_number_fallback=last_number_fallback,
         answer_line=answer_line,
+        answer_phrase=answer_phrase,
     )
     _run(evaluate, cfg)
 

@@ -47,6 +47,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,6 +73,10 @@ class LoadedPrompts:
     dataset: Dataset
     skipped: int
     source: str
+    #: How the rows' fields were read: ``{"prompt": {column: rows}, "answer": {column:
+    #: rows}, "id": column or None, "reduced": rows whose answer was reduced to the
+    #: number after GSM8K's ``####``}`` (the run logs it once at its start).
+    fields: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
 def gsm8k_final_answer(solution: str) -> str | None:
@@ -397,6 +402,7 @@ def load_prompts(
     examples: list[dict[str, Any]] = []
     kept: list[int] = []
     skipped = read.skipped
+    used: dict[str, Any] = {"prompt": {}, "answer": {}, "id": id_field, "reduced": 0}
     for index, row in enumerate(read.raw if read.raw is not None else read.dataset):
         if limit is not None and len(examples) >= limit:
             break
@@ -420,6 +426,7 @@ def load_prompts(
             _skip_or_raise(e, skip_bad_rows)
             skipped += 1
             continue
+        _count_fields(used, row, example, prompt_field, answer_field, answer_format)
         examples.append(example)
         kept.append(index)
     if skipped:
@@ -440,7 +447,28 @@ def load_prompts(
     rest = read.dataset if len(kept) == len(read.dataset) else read.dataset.select(kept)
     rest = rest.remove_columns([c for c in ours.column_names if c in rest.column_names])
     dataset = concatenate_datasets([ours, rest], axis=1) if rest.column_names else ours
-    return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source))
+    if id_field is None:
+        used["id"] = "id" if "id" in read.dataset.column_names else None
+    return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source), fields=used)
+
+
+def _count_fields(
+    used: dict[str, Any],
+    row: Mapping[str, Any],
+    example: Mapping[str, Any],
+    prompt_field: str | None,
+    answer_field: str | None,
+    answer_format: str,
+) -> None:
+    """Count which columns gave a good row its prompt and answer, and whether its answer
+    was reduced to the number after GSM8K's ``####`` (:attr:`LoadedPrompts.fields`)."""
+    p_field = _pick_field(row, prompt_field, PROMPT_FIELDS)
+    a_field = _pick_field(row, answer_field, ANSWER_FIELDS)
+    used["prompt"][p_field] = used["prompt"].get(p_field, 0) + 1
+    used["answer"][a_field] = used["answer"].get(a_field, 0) + 1
+    if answer_format != "plain":
+        raw = row[a_field] if a_field in row else None
+        used["reduced"] += isinstance(raw, str) and "####" in raw and example["answer"] != raw
 
 
 def is_conversational_prompt(prompt: Any) -> bool:

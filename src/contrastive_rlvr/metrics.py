@@ -15,6 +15,10 @@ METRIC_KEYS = {
     "reward/accuracy": "share of completions with reward > reward_threshold",
     "reward/unscorable": "rows every reward function left unscored (counted as reward 0)",
     "adv/collapse_rate": "share of groups whose rewards are all equal (zero advantage)",
+    "adv/collapse_wrong_rate": "share of groups whose rewards are all equal and all wrong "
+    "(<= reward_threshold, e.g. all 0)",
+    "adv/collapse_correct_rate": "share of groups whose rewards are all equal and all "
+    "correct (> reward_threshold, e.g. all 1)",
     "rcc/cov": "mean over groups of the population Cov(R, delta)",
     "rcc/delta_mean": "mean delta of all completions",
     "rcc/delta_correct": "mean delta of the correct completions",

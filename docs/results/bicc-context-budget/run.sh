@@ -12,7 +12,7 @@ tail -n +41 "$OUT/data/all.jsonl" > "$OUT/data/train.jsonl"
 for framing in outside inside; do
   $PY -m contrastive_rlvr.cli train --model smollm2-135m --dataset "$OUT/data/train.jsonl" \
     --rewards benchmarks/word_problems.py:integer_reward --output_dir "$OUT/$framing" \
-    --bicc true --rcc true --bicc_framing_budget "$framing" --learning_rate 2e-5 \
+    --bicc true --bicc_mix 1.0 --rcc true --bicc_framing_budget "$framing" --learning_rate 2e-5 \
     --lr_scheduler_type constant --warmup_steps 0 --max_steps 1 --num_generations 4 \
     --per_device_train_batch_size 8 --max_completion_length 64 --temperature 0.7 \
     --heldout_size 8 --eval_n 1 --report_to none --save_strategy no --seed 0

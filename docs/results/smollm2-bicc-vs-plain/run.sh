@@ -20,7 +20,7 @@ ARGS=(--output_dir "$OUT/compare" --model smollm2-135m --recipes grpo --arms pla
   --learning_rate 2e-5 --lr_scheduler_type constant --warmup_steps 0
   --max_steps "$STEPS" --num_generations 4 --per_device_train_batch_size 8
   --max_completion_length 64 --temperature 0.7
-  --bicc_max_seq_len 400 --save_strategy no)
+  --bicc_max_seq_len 400 --bicc_mix 1.0 --save_strategy no)
 # One seed per call, so that each seed's pair finishes before the next seed starts; the
 # last call finds every run finished and writes the table over the three seeds.
 for s in 0 1 2; do

@@ -140,3 +140,17 @@ def ratio_margin(
     ratio = torch.exp(sequence_delta(logp_after, logp_before, mask, reduce="mean"))
     pos, neg = ratio[correct].mean(), ratio[~correct].mean()
     return pos - neg, pos, neg
+
+
+def collapse_reasons(rewards: Tensor, group_size: int, threshold: float) -> dict[str, Tensor]:
+    """Of the groups of rows (N,) whose rewards are all equal (no advantage, no gradient),
+    the share of all groups that are so because every row is wrong (reward <=
+    ``threshold``, e.g. all 0: ``adv/collapse_wrong_rate``) and because every row is
+    correct (e.g. all 1: ``adv/collapse_correct_rate``); 0-dim tensors."""
+    groups = group_view(rewards, group_size)  # (N/G, G)
+    high, low = groups.max(dim=1).values, groups.min(dim=1).values
+    equal = high == low
+    return {
+        "adv/collapse_wrong_rate": (equal & (high <= threshold)).float().mean(),
+        "adv/collapse_correct_rate": (equal & (low > threshold)).float().mean(),
+    }

@@ -35,7 +35,7 @@ from ..generation import (
     build_prompt,
     vllm_available,
 )
-from ..rewards import MathVerifyReward
+from ..rewards import AnswerReading, MathVerifyReward
 from .cache import (
     HASH_INDEX,
     GenerationCache,
@@ -91,9 +91,14 @@ class EvalConfig:
     instruction: str = DEFAULT_INSTRUCTION
     reward_timeout: int = 3
     reward_workers: int = 2
-    last_number_fallback: bool = False
-    answer_line: bool = True
+    # How answers are read: the same options, with the same defaults, as ``train``'s
+    # (rewards.extract.AnswerReading; precedence in the README's Rewards section).
+    last_number_fallback: bool = AnswerReading.last_number_fallback
+    """Without a tag, box, answer line or prose answer: score the last number."""
+    answer_line: bool = AnswerReading.answer_line
     """Read a last ``Answer: X`` line when a completion has no ``<answer>`` and no box."""
+    answer_phrase: bool = AnswerReading.answer_phrase
+    """Then read the last "the answer is X" of the prose."""
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -366,6 +371,7 @@ def evaluate(
             workers=config.reward_workers,
             last_number_fallback=config.last_number_fallback,
             answer_line=config.answer_line,
+            answer_phrase=config.answer_phrase,
         ) as reward,
         Progress(
             TextColumn("{task.description}"),

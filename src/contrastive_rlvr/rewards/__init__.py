@@ -13,9 +13,12 @@ workers import math-verify themselves.
 """
 
 from .extract import (
+    READING_FIELDS,
+    AnswerReading,
     completion_text,
     extract_answer,
     last_answer_line,
+    last_answer_phrase,
     last_boxed,
     last_number,
     normalize_answer,
@@ -27,6 +30,8 @@ from .math_verify import COUNTER_KEYS, UNPARSED_STATUSES, AnswerScore, MathVerif
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "READING_FIELDS",
+    "AnswerReading",
     "FORMAT_STYLES",
     "COUNTER_KEYS",
     "UNPARSED_STATUSES",
@@ -39,6 +44,7 @@ __all__ = [
     "extract_answer",
     "has_format",
     "last_answer_line",
+    "last_answer_phrase",
     "last_boxed",
     "last_number",
     "load_gym_task",

@@ -22,7 +22,16 @@ often restate or correct themselves before the final answer):
    *starting* with the word counts, so an echoed instruction ("...of the form
    Answer: $Answer") or "the answer: 7" mid-sentence is not read.
    ``answer_line=False`` turns this step off.
-4. Optionally, the last number in the text (``-1,234.5``, ``3/4``).
+4. The last answer stated in prose, as chat models end a solution ("So, the
+   final answer is 4.", "The answer is $\\frac{1}{2}$."): the words ``answer
+   is`` (or ``answer was``, ``answer =``; any case, ``final`` or not) followed
+   by a number (``-1,234.5``, ``3/4``, after an optional currency sign) or by
+   one math expression in delimiters (``$...$``, ``\\(...\\)``). What follows
+   the number (units, a period) is ignored; a phrase followed by anything else
+   ("the answer is that ...") states nothing, and the search goes on to step 5.
+   ``answer_phrase=False`` turns this step off.
+5. Optionally (``last_number_fallback=True``), the last number in the text
+   (``-1,234.5``, ``3/4``).
 
 Empty tags, an empty box (``within \\boxed{}`` echoed from the prompt) or a
 last answer line with nothing after it count as absent: the search goes on to
@@ -37,6 +46,18 @@ one of those is scored exactly as before the line was read (a completion with
 both a box and an answer line is scored by its box). The only completions whose
 score can change are those that stated their answer on an answer line alone,
 which were counted as stating nothing.
+
+Why the prose phrase is on by default: a chat model asked to reason step by
+step and box its answer (SmolLM2-135M-Instruct, the models people try first)
+often ends in prose instead ("So, the final answer is 4."); read with steps
+1-3 only, every one of its completions scores 0, every group's rewards are
+equal and a run learns nothing, without a word. The phrase names its answer
+as plainly as an ``Answer:`` line, so it is read; the last-number fallback
+guesses (a number in the last sentence of a cut-off completion is not an
+answer) and stays opt-in. Training (``train``'s ``--answer_phrase``,
+``--answer_line``, ``--last_number_fallback``) and ``eval`` (the same
+options) read answers with these same steps and defaults
+(:class:`AnswerReading`).
 
 Before extraction, and for gold answers in :func:`normalize_answer`, other
 Unicode spellings of ASCII are mapped to it (:func:`normalize_unicode`):
@@ -56,6 +77,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _ANSWER_OPEN = "<answer>"
@@ -73,6 +95,14 @@ _ANSWER_LINE = re.compile(
 # Math delimiters around a stated answer, the longer "$$" before "$".
 _MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+# A prose statement of the answer (module doc, step 4): "answer is", "answer was",
+# "answer =" anywhere in a sentence, "final" or not ("the answer: 7" mid-sentence is
+# not read, as for the answer line: an echoed instruction reads so).
+_ANSWER_PHRASE = re.compile(r"\banswer\s*(?:is|was|=)[ \t]*:?[ \t]*[*_]*", re.IGNORECASE)
+# What a phrase's answer may be: one delimited math expression, or a number after an
+# optional currency sign (the thousands commas of a number are kept and removed later).
+_PHRASE_MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$\n]+?)\$|\\\((.+?)\\\)")
+_PHRASE_NUMBER = re.compile(r"[$\u00a3\u20ac]?\s*(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?![\d/])")
 
 
 # Full-width forms U+FF01..U+FF5E are ASCII U+0021..U+007E shifted by this much.
@@ -215,6 +245,24 @@ def _clean_stated(value: str) -> str:
     return value
 
 
+def last_answer_phrase(text: str) -> str | None:
+    """The answer of the last prose statement "... answer is X" (module doc, step 4).
+
+    ``"So, the final answer is 4." -> "4"``, ``"The answer is $\\frac{1}{2}$." ->
+    "\\frac{1}{2}"``, ``"the answer is $1,200." -> "1200"``; the last phrase followed by
+    neither a number nor a delimited expression yields None (not an earlier phrase).
+    """
+    matches = list(_ANSWER_PHRASE.finditer(text))
+    if not matches:
+        return None
+    rest = text[matches[-1].end() :]
+    math = _PHRASE_MATH.match(rest)
+    if math:
+        return next(g for g in math.groups() if g is not None).strip() or None
+    number = _PHRASE_NUMBER.match(rest)
+    return number.group(1).replace(",", "") if number else None
+
+
 def last_number(text: str) -> str | None:
     """The last number in ``text`` (commas and a trailing period stripped), else None."""
     matches = _NUMBER.findall(text)
@@ -224,11 +272,16 @@ def last_number(text: str) -> str | None:
 
 
 def extract_answer(
-    text: str, *, last_number_fallback: bool = False, answer_line: bool = True
+    text: str,
+    *,
+    last_number_fallback: bool = False,
+    answer_line: bool = True,
+    answer_phrase: bool = True,
 ) -> str | None:
     """The final answer in a completion, or None if it states none (see the module doc).
 
-    ``answer_line=False`` skips step 3 (the ``Answer: X`` line).
+    ``answer_line=False`` skips step 3 (the ``Answer: X`` line), ``answer_phrase=False``
+    step 4 (the prose "the answer is X").
     """
     text = normalize_unicode(text)
     # An empty tag pair or box ("within \\boxed{}." copied from the prompt)
@@ -243,9 +296,47 @@ def extract_answer(
         stated = last_answer_line(text)
         if stated:
             return stated
+    if answer_phrase:
+        phrased = last_answer_phrase(text)
+        if phrased:
+            return phrased
     if last_number_fallback:
         return last_number(text)
     return None
+
+
+@dataclass(frozen=True)
+class AnswerReading:
+    """How completions' answers are read (module doc): the options of
+    :func:`extract_answer` that ``train`` and ``eval`` both take, under the same names and
+    with these same defaults."""
+
+    answer_line: bool = True
+    answer_phrase: bool = True
+    last_number_fallback: bool = False
+
+    def formats(self) -> str:
+        """The forms read, in precedence order, as one phrase for messages."""
+        forms = ["<answer>...</answer>", "\\boxed{...}"]
+        if self.answer_line:
+            forms.append("an 'Answer: X' line")
+        if self.answer_phrase:
+            forms.append("'the answer is X' in prose")
+        if self.last_number_fallback:
+            forms.append("the last number")
+        return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+    def how_to_widen(self) -> str:
+        """What to set to read more forms (empty when every form is read)."""
+        off = [f"--{name} true" for name in _READING_ORDER if not getattr(self, name)]
+        if not off:
+            return ""
+        return "set " + " or ".join(off) + ", or instruct the model to box its answer"
+
+
+#: The fields of :class:`AnswerReading`, widest-reaching last.
+_READING_ORDER = ("answer_line", "answer_phrase", "last_number_fallback")
+READING_FIELDS: tuple[str, ...] = _READING_ORDER
 
 
 def normalize_answer(value: Any, *, field: str = "answer", where: str = "") -> str:

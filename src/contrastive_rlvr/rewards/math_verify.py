@@ -14,8 +14,8 @@ unless noted):
 - ``reward/answers``: completions scored.
 - ``reward/correct``: verified correct (the reward-1 count).
 - ``reward/wrong``: parsed and compared, not equal.
-- ``reward/no_answer``: no ``<answer>``, ``\\boxed{}``, ``Answer:`` line or (with the
-  fallback) number found.
+- ``reward/no_answer``: no ``<answer>``, ``\\boxed{}``, ``Answer:`` line, "the answer
+  is X" or (with the fallback) number found.
 - ``reward/too_long``: extracted answer longer than ``max_answer_chars``, not checked.
 - ``reward/unparsable``: math-verify found no expression in the extracted answer.
 - ``reward/gold_unparsable``: the gold answer itself did not parse (a data problem).
@@ -112,6 +112,8 @@ class MathVerifyReward:
         answer_line: without ``<answer>`` or ``\\boxed{}``, read the last
             ``Answer: X`` line (DAPO-Math-17k's format; :mod:`.extract`, step 3);
             False reads tags and boxes only.
+        answer_phrase: then read the last "... answer is X" of the prose ("So, the
+            final answer is 4."; :mod:`.extract`, step 4).
         max_answer_chars: longer extracted answers score 0 without being
             parsed (``reward/too_long``); None checks any length.
         start_method: how workers start: ``"forkserver"`` (forks of one warm
@@ -132,6 +134,7 @@ class MathVerifyReward:
         last_number_fallback: bool = False,
         answer_line: bool = True,
         max_answer_chars: int | None = 1000,
+        answer_phrase: bool = True,
         start_method: str = "forkserver",
     ) -> None:
         if max_answer_chars is not None and max_answer_chars < 1:
@@ -140,6 +143,7 @@ class MathVerifyReward:
         self.workers = workers
         self.last_number_fallback = last_number_fallback
         self.answer_line = answer_line
+        self.answer_phrase = answer_phrase
         self.max_answer_chars = max_answer_chars
         self.start_method = start_method
         # TRL names reward functions by __name__ (logged as rewards/<name>/mean).
@@ -155,6 +159,7 @@ class MathVerifyReward:
             "workers": self.workers,
             "last_number_fallback": self.last_number_fallback,
             "answer_line": self.answer_line,
+            "answer_phrase": self.answer_phrase,
             "max_answer_chars": self.max_answer_chars,
             "start_method": self.start_method,
         }
@@ -173,9 +178,15 @@ class MathVerifyReward:
     def extract(self, completion: str | Sequence[Mapping[str, Any]]) -> str | None:
         """The answer this reward would check for ``completion`` (None if it states none)."""
         text = completion_text(completion)
-        return extract_answer(
-            text, last_number_fallback=self.last_number_fallback, answer_line=self.answer_line
-        )
+        return extract_answer(text, **self.reading_options())
+
+    def reading_options(self) -> dict[str, bool]:
+        """How this reward reads answers: :class:`.extract.AnswerReading`'s fields."""
+        return {
+            "answer_line": self.answer_line,
+            "answer_phrase": self.answer_phrase,
+            "last_number_fallback": self.last_number_fallback,
+        }
 
     def score(
         self, completions: Sequence[str | Sequence[Mapping[str, Any]]], golds: Sequence[Any]

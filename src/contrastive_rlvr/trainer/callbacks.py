@@ -166,12 +166,16 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     the CLI's runs and hand-built ones log alike): the non-finite update guard
     (``trainer.update_guard``) and skip, the running counters in the logs (so in every
     report_to), ``metrics.jsonl``, the verifier counters, BiCC's first-update clip
-    fraction and the diagnostics."""
+    fraction, the learning-signal checks (``trainer.learning_signal``) and the
+    diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
-    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
+    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, unique_names
+    from .learning_signal import LearningSignal
     from .training_diagnostics import diagnostics_callback
 
     config = trainer.args
+    # Two reward functions of one name log under two metric keys (score, score_2).
+    trainer.reward_func_names = unique_names(list(trainer.reward_func_names))
     guard = NonFiniteUpdateGuard(max_snapshot_bytes=config.rollback_snapshot_max_bytes)
     guard.reduce = lambda flag: trainer.accelerator.reduce(
         flag.to(trainer.accelerator.device), reduction="sum"
@@ -192,6 +196,9 @@ def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
     if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
         trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
     trainer.add_callback(MetricsJsonl(config.output_dir))
+    # Whether the run can learn, and if not why (docs/first-run.md).
+    trainer.learning_signal = LearningSignal(trainer)
+    trainer.add_callback(trainer.learning_signal)
     diagnostics = diagnostics_callback(trainer, config.output_dir)
     if diagnostics is not None:
         trainer.add_callback(diagnostics)

@@ -29,6 +29,7 @@ an update that cannot be undone must not be trained on.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -39,6 +40,8 @@ import torch
 from transformers import TrainerCallback
 
 from ..errors import UserError
+
+logger = logging.getLogger(__name__)
 
 NonFinitePolicy = Literal["error", "skip_group"]
 NONFINITE_POLICIES: tuple[str, ...] = ("error", "skip_group")
@@ -201,6 +204,30 @@ def guard_reward(
         return fn
     label = name or getattr(fn, "__name__", type(fn).__name__)
     return GuardedReward(fn, label, on_nonfinite)
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with each repeat of a name given a suffix (``score``, ``score_2``, ...),
+    so that two reward functions of one name log under two metric keys
+    (``rewards/<name>/mean``) instead of blending into one; the renaming is logged."""
+    seen: dict[str, int] = {}
+    taken = set(names)
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] == 1:
+            out.append(name)
+            continue
+        k = seen[name]
+        while f"{name}_{k}" in taken:
+            k += 1
+        taken.add(f"{name}_{k}")
+        out.append(f"{name}_{k}")
+        logger.warning(
+            "two reward functions are named %r: the one at position %d logs as %r",
+            name, len(out), out[-1],
+        )  # fmt: skip
+    return out
 
 
 def guard_rewards(funcs: Any, on_nonfinite: str = "error") -> list:

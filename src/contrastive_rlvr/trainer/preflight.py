@@ -108,6 +108,23 @@ def load_dataset_of(config: Any) -> Any:
     )
 
 
+def reading_options(config: Any) -> dict[str, bool]:
+    """How the run's ``math_verify`` reward reads answers (``answer_line``,
+    ``answer_phrase``, ``last_number_fallback``: eval's options, same defaults); refuses
+    a reading set away from its default when no reward would read it."""
+    from ..rewards import READING_FIELDS, AnswerReading
+
+    options = {name: bool(getattr(config, name)) for name in READING_FIELDS}
+    default = AnswerReading()
+    changed = [f"{k}={v}" for k, v in options.items() if v != getattr(default, k)]
+    if changed and "math_verify" not in config.rewards:
+        raise UserError(
+            f"{', '.join(changed)} set, but rewards={config.rewards} has no math_verify, the "
+            "reward these options configure; add math_verify or drop the options"
+        )
+    return options
+
+
 def preflight(config: Any) -> PreflightResult:
     """Every check of a training run that needs no model; raises :class:`UserError`."""
     from ..data import split_heldout
@@ -144,9 +161,11 @@ def preflight(config: Any) -> PreflightResult:
             f"({len(prompts.dataset)} rows{distinct}); lower heldout_size"
         )
     result.prompts, result.split = prompts, split
+    reading = reading_options(config)
     for name in config.rewards:
         try:
-            result.rewards.append(resolve_reward(name))
+            options = reading if name == "math_verify" else {}
+            result.rewards.append(resolve_reward(name, **options))
         except (ValueError, KeyError) as err:
             raise UserError(f"rewards: {err}") from err
         result.reward_names.append(name)

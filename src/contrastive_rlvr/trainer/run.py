@@ -34,6 +34,9 @@ from .preflight import PreflightResult, preflight
 from .rlvr_trainer import RLVRTrainer
 
 logger = logging.getLogger(__name__)
+#: What a run says once at its start (field mapping, held-out reward): shown at the
+#: default log level (INFO here) unless the run's log_level asks for fewer lines.
+start_log = logging.getLogger("contrastive_rlvr.start")
 
 SFT_DIR = "sft-model"
 SUMMARY_FILE = "summary.json"
@@ -121,7 +124,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
 
-    def evaluate(m) -> list[list[bool]]:
+    def evaluate(m, label: str | None = None) -> list[list[bool]]:
+        # (The embedded task's samples are not written: its held-out set is generated.)
         return heldout_correctness(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
 
     return dict(
@@ -279,7 +283,13 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     train = data.select(split.train)
     check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
     rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
-    evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[0], chat=chat)
+    log_field_mapping(loaded)
+    which = heldout_reward_index(config)
+    start_log.info(
+        "held-out avg@%d is scored by reward %r (heldout_reward)",
+        config.eval_n, config.rewards[which],
+    )  # fmt: skip
+    evaluate = _heldout_evaluator(config, tokenizer, heldout, rewards[which], chat=chat)
     return dict(
         model=model,
         tokenizer=tokenizer,
@@ -290,11 +300,53 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     )
 
 
+def heldout_reward_index(config: RLVRConfig) -> int:
+    """The place in ``config.rewards`` of the reward that scores the held-out avg@n:
+    ``heldout_reward`` when set; else the only reward; else ``math_verify`` when it is
+    among them, else the first that is not ``format`` (a format reward scores how an
+    answer is written, not whether it is right)."""
+    names = list(config.rewards)
+    if config.heldout_reward is not None:
+        return names.index(config.heldout_reward)
+    if "math_verify" in names:
+        return names.index("math_verify")
+    return next((i for i, n in enumerate(names) if n != "format"), 0)
+
+
+def log_field_mapping(loaded: Any) -> None:
+    """Which column became the prompt, the answer and the id, and how many answers were
+    reduced from GSM8K's ``... #### N`` to N (once, at the start of the run)."""
+    used = getattr(loaded, "fields", None) or {}
+    if not used:
+        return
+
+    def columns(counts: dict[str, int]) -> str:
+        return (
+            ", ".join(f"{c!r} ({n} rows)" for c, n in counts.items())
+            if len(counts) > 1
+            else repr(next(iter(counts), None))
+        )
+
+    rows = len(loaded.dataset)
+    reduced = used.get("reduced", 0)
+    start_log.info(
+        "%s: prompt <- %s, answer <- %s%s, id <- %s",
+        loaded.source,
+        columns(used.get("prompt", {})),
+        columns(used.get("answer", {})),
+        f" ({reduced} of {rows} answers reduced from GSM8K's '... #### N' to N)" if reduced else "",
+        repr(used["id"]) if used.get("id") else "the row's position",
+    )
+
+
 def _heldout_evaluator(
     config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool
 ):
-    """Per held-out problem, which of its eval_n samples the first reward scores correct
-    (summary.json takes avg@n and its interval from it): each prompt rendered as TRL
+    """Per held-out problem, which of its eval_n samples the held-out reward
+    (:func:`heldout_reward_index`) scores correct (summary.json takes avg@n and its
+    interval from it), each sample written to ``samples/heldout_<label>.jsonl`` as
+    ``eval`` writes its samples (prompt, completion, extracted answer, reward): each
+    prompt rendered as TRL
     renders it (its chat template once, with ``chat_template_kwargs``), and the reward
     called as TRL calls it (the raw prompt, the completion as a message list for a
     conversation, every other column as a keyword argument)."""
@@ -314,7 +366,10 @@ def _heldout_evaluator(
     ]
     columns = [c for c in heldout.column_names if c != "prompt"]
 
-    def evaluate(m) -> list[list[bool]]:
+    extract = getattr(reward, "extract", None)  # math_verify: the answer it read
+    ids = list(heldout["id"]) if "id" in heldout.column_names else list(range(len(heldout)))
+
+    def evaluate(m, label: str | None = None) -> list[list[bool]]:
         gen = HFGenerator(
             m,
             tokenizer,
@@ -325,7 +380,7 @@ def _heldout_evaluator(
             chat=chat,
         )
         samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
-        correct = []
+        correct, records = [], []
         n = config.eval_n
         for i, row in enumerate(heldout):
             completions = [samples[k][i] for k in range(n)]
@@ -335,9 +390,60 @@ def _heldout_evaluator(
             scores = reward([prompts[i]] * n, completions, **extra)
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
+            for k in range(n):
+                records.append({
+                    "problem_id": str(ids[i]), "seed": config.seed + k, "prompt": texts[i],
+                    "gold": row.get("answer"),
+                    "answer": extract(samples[k][i]) if callable(extract) else None,
+                    "reward": scores[k], "correct": correct[-1][k],
+                    "completion": samples[k][i],
+                })  # fmt: skip
+        if label is not None:
+            write_samples(Path(config.output_dir) / "samples" / f"heldout_{label}.jsonl", records)
         return correct
 
     return evaluate
+
+
+def settings_line(config: RLVRConfig) -> str:
+    """The settings a short run depends on most, in one line for the start of the run
+    (the CLI prints it under ``base configuration``): learning rate and schedule with the
+    warm-up in steps, BiCC's mix, RCC, and how the reward reads answers."""
+    from ..rewards import AnswerReading
+
+    schedule = str(getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type))
+    parts = [f"learning_rate {config.learning_rate:g}", f"lr_scheduler_type {schedule}"]
+    if schedule not in ("constant", "reduce_lr_on_plateau"):
+        if config.max_steps >= 1:
+            warmup = config.get_warmup_steps(config.max_steps)
+            parts.append(
+                f"warm-up {warmup} of {config.max_steps} steps (warmup_steps "
+                f"{config.warmup_steps:g})"
+            )
+        else:
+            parts.append(f"warmup_steps {config.warmup_steps:g}")
+    parts.append(f"max_steps {config.max_steps}")
+    parts.append(f"bicc on (bicc_mix {config.bicc_mix:g})" if config.bicc else "bicc off")
+    parts.append("rcc on" if config.rcc else "rcc off")
+    if config.model != "embedded":
+        parts.append(f"rewards {', '.join(config.rewards)}")
+        if "math_verify" in config.rewards:
+            reading = AnswerReading(
+                answer_line=config.answer_line,
+                answer_phrase=config.answer_phrase,
+                last_number_fallback=config.last_number_fallback,
+            )
+            parts.append(f"math_verify reads {reading.formats()}")
+        parts.append(f"held-out reward {config.rewards[heldout_reward_index(config)]}")
+    return "; ".join(parts)
+
+
+def write_samples(path: Path, records: list[dict]) -> None:
+    """The held-out samples as ``eval`` writes its own (one JSON object a line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
 
 
 #: Prompts whose length is checked against the model's positions (the first of the
@@ -584,9 +690,10 @@ def _distributed_state(config: RLVRConfig):  # noqa: ANN202
     return config.distributed_state
 
 
-def _on_main(state: Any, evaluate: Any, model: Any) -> Any:
-    """The held-out evaluation once, on the main process; every process gets its value."""
-    value = evaluate(model) if state.is_main_process else None
+def _on_main(state: Any, evaluate: Any, model: Any, label: str) -> Any:
+    """The held-out evaluation once, on the main process; every process gets its value.
+    ``label`` (before, after) names the file of its samples."""
+    value = evaluate(model, label=label) if state.is_main_process else None
     if state.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
@@ -609,7 +716,10 @@ def train(
     # Every check that needs no model, before any model loads.
     checked = preflight(config)
     state = _distributed_state(config)
-    follow_log_level(config.get_process_log_level())  # --log_level info: the project's INFO
+    level = config.get_process_log_level()
+    follow_log_level(level)  # --log_level info: the project's INFO
+    # The start lines (field mapping, held-out reward) at the default level too.
+    start_log.setLevel(min(level, logging.INFO) if level <= logging.WARNING else level)
     # One writer per folder: the main process holds the lock for the whole run (the others
     # only read the folder, after it, and wait for it at each write).
     lock = OutputDirLock(out) if state.is_main_process else contextlib.nullcontext()
@@ -640,10 +750,11 @@ def _train_locked(
         out.mkdir(parents=True, exist_ok=True)
         save_resolved_config(config, out / CONFIG_FILE)
     logger.info("base configuration: %s", config.base_config or "none (built in code)")
+    logger.info("settings: %s", settings_line(config))
     with state.main_process_first():
         parts = load_run_inputs(config, out, checked)
     started = time.perf_counter()
-    before = _on_main(state, parts["evaluate"], parts["model"])
+    before = _on_main(state, parts["evaluate"], parts["model"], "before")
     trainer = RLVRTrainer(
         model=parts["model"],
         reward_funcs=parts["rewards"],
@@ -675,7 +786,7 @@ def _train_locked(
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
     trainer.save_model(str(out))
-    after = _on_main(state, parts["evaluate"], trainer.model)
+    after = _on_main(state, parts["evaluate"], trainer.model, "after")
     before, before_counts = heldout_score(before)
     after, after_counts = heldout_score(after)
     summary = {
@@ -693,6 +804,10 @@ def _train_locked(
         "skipped_updates": trainer.skipped_updates,
         "rolled_back_updates": update_guard.rolled_back,
         "wall_seconds": time.perf_counter() - started,
+        "heldout_reward": "arithmetic_reward"
+        if config.model == "embedded"
+        else config.rewards[heldout_reward_index(config)],
+        "learning_signal": trainer.learning_signal.summary(config),
     }
     # Steps of this process's training (a resumed run counts from its checkpoint).
     first = int(resume.rsplit("-", 1)[1]) if resume else 0
@@ -715,6 +830,11 @@ def _train_locked(
             f"no completion of the {steps_here} steps was scored: every reward function "
             "returned None for every row, so every advantage was 0 and the run learned "
             "nothing; fix the reward functions"
+        )
+    nothing = summary["learning_signal"]["learned_nothing"]
+    if nothing and "error" not in summary and config.no_learning_signal == "error":
+        summary["error"] = f"{nothing} (no_learning_signal=error); the causes found: " + (
+            "; ".join(summary["learning_signal"]["causes"].values()) or "none named"
         )
     if trainer.accelerator.is_main_process:
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

@@ -7,11 +7,21 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ...errors import UserError
+from ...rewards.extract import AnswerReading
 from ..guards import DEFAULT_SNAPSHOT_BYTES, NONFINITE_POLICIES
 from .common import check, finite
 
 #: Fields whose default is kept for the embedded model; setting them means a custom model.
-CUSTOM_ONLY = {"dataset": None, "rewards": ["math_verify"]}
+CUSTOM_ONLY = {
+    "dataset": None,
+    "rewards": ["math_verify"],
+    "answer_line": AnswerReading.answer_line,
+    "answer_phrase": AnswerReading.answer_phrase,
+    "last_number_fallback": AnswerReading.last_number_fallback,
+    "heldout_reward": None,
+}
+#: What a run whose rewards never told completions apart does (docs/first-run.md).
+NO_SIGNAL_POLICIES = ("warn", "error")
 
 
 @dataclass
@@ -96,6 +106,45 @@ class DataOptions:
         metadata={
             "help": "Reward functions for a custom dataset: built-in names (math_verify, "
             "format, gym) or import paths 'pkg.module:fn' / 'file.py:fn'."
+        },
+    )
+    answer_line: bool = field(
+        default=AnswerReading.answer_line,
+        metadata={
+            "help": "math_verify reward: read a last 'Answer: X' line when a completion has no "
+            "<answer> tag and no \\boxed{} (as eval's --answer-line; README, Rewards)."
+        },
+    )
+    answer_phrase: bool = field(
+        default=AnswerReading.answer_phrase,
+        metadata={
+            "help": "math_verify reward: then read the last 'the answer is X' of the prose "
+            "('So, the final answer is 4.'), as eval's --answer-phrase."
+        },
+    )
+    last_number_fallback: bool = field(
+        default=AnswerReading.last_number_fallback,
+        metadata={
+            "help": "math_verify reward: then score the completion's last number (GSM8K-style "
+            "prose), as eval's --last-number-fallback."
+        },
+    )
+    heldout_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Which of rewards scores the held-out avg@n before and after RL (its name "
+            "as given in rewards). Default: the only one; with several, math_verify when it "
+            "is among them, else the first that is not 'format' (named in the log and "
+            "summary.json)."
+        },
+    )
+    no_learning_signal: Literal["warn", "error"] = field(
+        default="warn",
+        metadata={
+            "help": "A run whose rewards never told completions apart (every group's rewards "
+            "equal at every step) or whose gradient was 0 at every step: 'warn' ends with "
+            "a summary that says so (learning_signal in summary.json); 'error' makes it an "
+            "error (exit 1), as a run whose every reward was None is."
         },
     )
     heldout_size: int = field(
@@ -255,6 +304,18 @@ class DataOptions:
             "answer_format",
             self.answer_format,
             "choose auto, gsm8k or plain",
+        )
+        check(
+            self.no_learning_signal in NO_SIGNAL_POLICIES,
+            "no_learning_signal",
+            self.no_learning_signal,
+            f"choose one of {', '.join(NO_SIGNAL_POLICIES)}",
+        )
+        check(
+            self.heldout_reward is None or self.heldout_reward in self.rewards,
+            "heldout_reward",
+            self.heldout_reward,
+            f"name one of rewards={self.rewards}",
         )
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")

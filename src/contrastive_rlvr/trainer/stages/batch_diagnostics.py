@@ -4,12 +4,13 @@ collapse rate and, with a delta, Cov(R, delta) and the delta of correct vs wrong
 from __future__ import annotations
 
 from ...algorithms import DEFAULT_RCC_BOUND, collapse_rate
-from ...algorithms.diagnostics import delta_metrics
+from ...algorithms.diagnostics import collapse_reasons, delta_metrics
 from .base import Batch, StageContext
 
 
 class BatchDiagnostics:
-    """Logs ``reward/accuracy``, ``adv/collapse_rate``; with ``shared["delta"]``:
+    """Logs ``reward/accuracy``, ``adv/collapse_rate`` (and why: ``adv/collapse_wrong_rate``,
+    ``adv/collapse_correct_rate``, :func:`collapse_reasons`); with ``shared["delta"]``:
     ``rcc/cov`` (mean over groups of Cov(R, delta)), ``rcc/delta_mean``,
     ``rcc/delta_correct``, ``rcc/delta_wrong`` and, when ``rcc_coef`` is set (RCC on),
     ``rcc/baseline_shift`` = mean |b* - mean(R)| (b* with the run's ``rcc_bound``). Keeps
@@ -36,6 +37,8 @@ class BatchDiagnostics:
         correct = rewards > self.threshold
         ctx.log("reward/accuracy", correct.float().mean())
         ctx.log("adv/collapse_rate", collapse_rate(rewards, g))
+        for key, value in collapse_reasons(rewards, g, self.threshold).items():
+            ctx.log(key, value)
         stats = {"rewards": rewards.detach().cpu()}
         delta = batch.shared.get("delta")
         if delta is not None:  # (with RCC's delta taken at loss time, the loss logs these)

@@ -1,0 +1,87 @@
+"""The README's quick starts run as written: the Python block and the command-line block
+are read out of README.md and run on the tiny model (in place of SmolLM2, which takes
+minutes a step here), with a small problem file in place of the user's."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_data_trl_formats import chat_model
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MODEL_ALIAS = "smollm2-135m"
+
+
+def _block(heading: str, language: str) -> str:
+    """The first ``language`` code block of the README section titled ``heading``."""
+    section = README.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(rf"```{language}\n(.*?)```", section, re.S)
+    assert match, f"no {language} block under '## {heading}'"
+    return match.group(1)
+
+
+def _problems(path: Path, n: int = 12) -> Path:
+    rows = [{"prompt": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1)} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_python_quick_start_runs_as_written(tmp_path):
+    code = _block("Python quick start", "python")
+    assert f'model="{MODEL_ALIAS}"' in code  # the quick start names the offline alias
+    model = chat_model(tmp_path / "tiny")
+    script = tmp_path / "quickstart.py"
+    script.write_text(code.replace(f'"{MODEL_ALIAS}"', json.dumps(str(model))))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "runs" / "quickstart"
+    assert (out / "metrics.jsonl").exists() or list(out.glob("checkpoint-*")) or (
+        out / "config.json"
+    ).exists(), sorted(p.name for p in out.iterdir())
+
+
+def _commands(block: str) -> list[list[str]]:
+    """The block's commands (backslash continuations joined, comments dropped)."""
+    text = re.sub(r"\\\n\s*", " ", block)
+    commands = []
+    for line in text.splitlines():
+        line = line.split("  #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            commands.append(shlex.split(line))
+    return commands
+
+
+@pytest.mark.slow
+def test_cli_quick_start_runs_as_written(tmp_path):
+    heading = "Command-line quick start: BiCC + RCC on your model and data"
+    commands = _commands(_block(heading, "bash"))
+    assert [c[:2] for c in commands] == [
+        ["contrastive-rlvr", "premise"],
+        ["contrastive-rlvr", "train"],
+        ["contrastive-rlvr", "eval"],
+        ["contrastive-rlvr", "report"],
+    ]
+    model = chat_model(tmp_path / "tiny")
+    _problems(tmp_path / "my_problems.jsonl")
+    for command in commands:
+        args = [str(model) if a == MODEL_ALIAS else a for a in command[1:]]
+        done = subprocess.run([sys.executable, "-m", "contrastive_rlvr.cli", *args], cwd=tmp_path,
+                              env=_env(), capture_output=True, text=True, timeout=1200,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-3000:])
+    assert (tmp_path / "runs" / "mine" / "report.html").exists()
