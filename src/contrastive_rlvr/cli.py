@@ -401,8 +401,8 @@ def premise(
     problem, then how much the group's opposite attempts in the context (built as training
     builds them) raise log pi of the correct completions over the wrong ones, minus the
     same for a control context. Prints a table with 95% intervals and a verdict (premise
-    shown / not shown / reversed). Every train option works the same way after the ones
-    above (--model, --dataset, --prompt_field, --answer_field, --rewards,
+    shown / not shown / reversed). Every train option works here as it does in train
+    (--model, --dataset, --prompt_field, --answer_field, --rewards,
     --num_generations, --max_completion_length, --temperature, --bicc_*, ...); the
     training-only ones (optimiser, steps, ...) play no part. docs/bicc.md, "Will BiCC
     help on my model?"."""

@@ -553,6 +553,14 @@ def run_premise(
     from .trainer.run import load_run_inputs
 
     check_options(problems, control, config)
+    echo(
+        f"premise: model {config.model}, G={config.num_generations}, "
+        f"max_completion_length={config.max_completion_length}, "
+        f"temperature={config.temperature}, top_p={config.top_p}, "
+        f"bicc_placement={config.bicc_placement}, bicc_context_ratio="
+        f"{config.bicc_context_ratio}, bicc_max_seq_len={config.bicc_max_seq_len}, "
+        f"control={control}; training-only fields play no part"
+    )
     torch.set_num_threads(config.torch_threads)
     started = time.perf_counter()
     out = Path(config.output_dir)
@@ -595,7 +603,8 @@ def run_premise(
         batch=GENERATE_PROMPTS,
         seed=config.seed,
     )
-    echo(f"sampled {len(samples)} problems x {G} in {time.perf_counter() - started:.0f} s")
+    took = time.perf_counter() - started
+    echo(f"sampled {len(samples)} problems x {G} ({took:.0f} s since the start, loading included)")
     columns = [c for c in rows.column_names if c != "prompt"]
     groups: list[Group] = []
     with (out / "samples.jsonl").open("w") as f:
