@@ -387,6 +387,61 @@ def eval_command(
     _run(evaluate, cfg)
 
 
+@app.command(
+    short_help="Measure whether BiCC can help a model: its premise in minutes, with a verdict "
+    "(no training).",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def premise(
+    ctx: typer.Context,
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="RLVRConfig YAML, as train takes it (default: as train, embedded.yaml for the "
+        "embedded model, paper.yaml for any other --model).",
+    ),
+    problems: int = typer.Option(24, "--problems", help="Prompts to sample a group for."),
+    control: str = typer.Option(
+        "other_problem",
+        "--control",
+        help="The control context subtracted from BiCC's: other_problem (another problem's "
+        "opposite attempts, the default) or same_sign (the other attempts of the row's own "
+        "side).",
+    ),
+    out: Path = typer.Option(
+        Path("runs/premise"),
+        "--output_dir",
+        "--output-dir",
+        help="Folder of premise.json, premise.txt and samples.jsonl (and of the embedded "
+        "model's warm start).",
+    ),
+) -> None:
+    """Measure BiCC's premise on a model, without training: sample G completions per
+    problem, then how much the group's opposite attempts in the context (built as training
+    builds them) raise log pi of the correct completions over the wrong ones, minus the
+    same for a control context. Prints a table with 95% intervals and a verdict (premise
+    shown / not shown / reversed). Every train option works here as it does in train
+    (--model, --dataset, --prompt_field, --answer_field, --rewards,
+    --num_generations, --max_completion_length, --temperature, --bicc_*, ...); the
+    training-only ones (optimiser, steps, ...) play no part. docs/bicc.md, "Will BiCC
+    help on my model?"."""
+    from .premise import check_options, dump, format_table, run_premise
+    from .trainer.parse import parse_config
+
+    args = [*_take_debug(list(ctx.args)), "--output_dir", str(out)]
+    cfg = _run(parse_config, config, args)
+    _run(check_options, problems, control, cfg)
+    typer.echo(f"base configuration: {cfg.base_config}")
+    result = _run(run_premise, cfg, problems=problems, control=control, echo=typer.echo)
+    data = cfg.dataset or cfg.dataset_name or "the embedded task"
+    table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
+    typer.echo("\n" + table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "premise.txt").write_text(table + "\n")
+    (out / "premise.json").write_text(dump(result))
+    typer.echo(f"\nwritten: {out}/premise.json, premise.txt, samples.jsonl")
+
+
 if __name__ == "__main__":
     # `python -m contrastive_rlvr.cli` (what `accelerate launch -m` runs) as the console script.
     app()
