@@ -184,6 +184,25 @@ def check_output_dir(path: str | os.PathLike[str]) -> None:
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
 
 
+def check_not_model_folder(config: Any) -> None:
+    """``output_dir`` is not the folder of the model trained (the run's final save would
+    replace the base model's weights, config and tokenizer); refused whatever
+    ``overwrite_output_dir`` says."""
+    model = str(getattr(config, "model", "") or "")
+    if model in ("", "embedded"):
+        return
+    model_path, out = Path(model).expanduser(), Path(config.output_dir).expanduser()
+    if not model_path.exists() or not out.exists():
+        return
+    # A .gguf file's folder is not the model: the run writes no .gguf file.
+    if model_path.is_dir() and os.path.samefile(model_path, out):
+        raise UserError(
+            f"output_dir={str(config.output_dir)!r} is the folder of model={model!r}: the run "
+            "would write its weights over the model it starts from; choose another output_dir "
+            "(overwrite_output_dir never allows this)"
+        )
+
+
 def load_dataset_of(config: Any) -> Any:
     """The prompt dataset ``config`` names, read with its field mapping and split
     (:func:`~contrastive_rlvr.data.load_prompts`)."""
@@ -210,6 +229,7 @@ def preflight(config: Any) -> PreflightResult:
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
+    check_not_model_folder(config)
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)

@@ -37,12 +37,23 @@ logger = logging.getLogger(__name__)
 SFT_DIR = "sft-model"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+#: The identity of the data a run trained on (:func:`~contrastive_rlvr.data.file_fingerprint`),
+#: written with config.yaml when the run starts, checked by a resume and by compare.
+DATA_FILE = "data.json"
 #: Files and folders of a run in its output directory (``sft-model`` is a reusable
 #: warm start, not a run: compare copies it in before the run starts).
-RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
+RUN_FILES = (
+    CONFIG_FILE, DATA_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl"
+)  # fmt: skip
 #: The first line of a config.yaml a run wrote: a config.yaml without it is the user's
 #: own file, which no run replaces or removes.
 RUN_CONFIG_HEADER = "# contrastive-rlvr train: the resolved config of the run in this folder"
+#: What this project puts in a run's folder before (or without) the run's config.yaml:
+#: the embedded warm start (built there, or copied in by compare) and compare's notes and
+#: log. A folder holding only these is free for a fresh run.
+PREPARED_ENTRIES = frozenset(
+    {SFT_DIR, f"{SFT_DIR}.partial", "train.log", "error.txt", "interrupted.txt"}
+)
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
@@ -390,9 +401,84 @@ def holds_run(out: Path) -> list[str]:
     before its first step: there is nothing to resume or lose, so it holds no run."""
     found = [name for name in RUN_FILES if (out / name).exists()]
     found += [p.name for p in reversed(list_checkpoints(out))]
-    if found == [CONFIG_FILE] and _written_by_a_run(out / CONFIG_FILE):
+    started_only = CONFIG_FILE in found and set(found) <= {CONFIG_FILE, DATA_FILE}
+    if started_only and _written_by_a_run(out / CONFIG_FILE):
         return []
     return found
+
+
+def save_data_identity(out: Path, config: RLVRConfig, fingerprint: dict | None) -> None:
+    """Record what data the run reads (``data.json``); nothing for the embedded task."""
+    if fingerprint is None:
+        (out / DATA_FILE).unlink(missing_ok=True)
+        return
+    record = {"dataset": config.dataset, **fingerprint}
+    (out / DATA_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _check_data_unchanged(config: RLVRConfig, out: Path, fingerprint: dict | None) -> None:
+    """Refuse a resume whose dataset's content differs from the one the run recorded
+    (``data.json``): the rest of the run would train on other data without a word."""
+    from ..data import fingerprint_differences
+
+    record_file = out / DATA_FILE
+    if fingerprint is None or not record_file.is_file():
+        return  # the embedded task, or a run recorded before data.json existed
+    try:
+        saved = json.loads(record_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        saved = {}
+    change = fingerprint_differences(saved if isinstance(saved, dict) else {}, fingerprint)
+    if change is None:
+        return
+    what = f"dataset={config.dataset!r} is not the data the run in {out} trained on ({change})"
+    if config.resume_allow_config_change:
+        logger.warning("resume: %s; continuing on the new data", what)
+        shutil.copyfile(record_file, out / "data.before-resume.json")
+        return
+    raise UserError(
+        f"resume=True but {what}: put the file back as it was, start a new run in another "
+        "output_dir, or set resume_allow_config_change=true to continue on the new data"
+    )
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """The entries of ``out`` that are not a run's of this project, sorted (empty: the
+    folder is absent, empty, holds a run, or holds only what compare and the warm start
+    prepare, :data:`PREPARED_ENTRIES`). A folder whose config.yaml a run wrote is a run's
+    folder whole: its model files (config.json, tokenizer, README.md) are the run's own."""
+    if not out.is_dir():
+        return []
+    own = out / CONFIG_FILE
+    if own.is_file() and _written_by_a_run(own):
+        return []
+    ours = set(PREPARED_ENTRIES) | set(RUN_FILES)
+    ours.update(p.name for p in list_checkpoints(out))
+    return sorted(p.name for p in out.iterdir() if p.name not in ours)
+
+
+def _check_foreign_files(config: RLVRConfig, out: Path, *, may_write: bool) -> None:
+    """Refuse a fresh run into a folder holding files no run wrote (the run would replace
+    a model card, a model's config and tokenizer with its own) unless
+    ``overwrite_output_dir`` is set."""
+    foreign = foreign_entries(out)
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    if not config.overwrite_output_dir:
+        raise UserError(
+            f"output_dir={str(out)!r} holds files no run of this project wrote ({shown}); "
+            "a run writes its model there (config.json, model.safetensors, the tokenizer "
+            "files, README.md) and would replace yours: choose a new or empty output_dir, "
+            "or set overwrite_output_dir=true to let it replace them"
+        )
+    if may_write:
+        logger.warning(
+            "%s holds files no run wrote (%s); overwrite_output_dir=true: the run's files of "
+            "the same names replace them",
+            out,
+            shown,
+        )
 
 
 def _clear_run(out: Path) -> None:
@@ -414,10 +500,12 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
             return  # nothing to resume: said below
         problem = "is missing"
     else:
+        from .parse import YAMLTooLarge, safe_yaml
+
         try:
-            saved = yaml.safe_load(saved_file.read_text())
+            saved = safe_yaml(saved_file.read_text())
             problem = None if isinstance(saved, dict) else "holds no mapping of fields"
-        except yaml.YAMLError as err:
+        except (yaml.YAMLError, YAMLTooLarge) as err:
             problem = f"does not parse ({' '.join(str(err).split())[:120]})"
     if problem is not None:
         if not config.resume_allow_config_change:
@@ -450,13 +538,15 @@ def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
 
 
 def plan_output_dir(
-    config: RLVRConfig, out: Path, *, may_write: bool = True
+    config: RLVRConfig, out: Path, *, may_write: bool = True, data: dict | None = None
 ) -> tuple[str | None, dict | None]:
     """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
-    (``UserError``) a fresh run into a directory that holds another run, a resume with a
-    changed config, and a resume with no complete checkpoint. Nothing is loaded.
-    ``may_write=False`` (processes other than the main one): the same answer, and the
-    main process alone removes a run that ``overwrite_output_dir`` replaces."""
+    (``UserError``) a fresh run into a directory that holds another run or files no run
+    wrote, a resume with a changed config or changed data (``data``: the fingerprint of
+    the dataset now, :class:`~contrastive_rlvr.data.LoadedPrompts`), and a resume with no
+    complete checkpoint. Nothing is loaded. ``may_write=False`` (processes other than the
+    main one): the same answer, and the main process alone removes a run that
+    ``overwrite_output_dir`` replaces."""
     if not config.resume:
         own = out / CONFIG_FILE
         if own.is_file() and not _written_by_a_run(own):
@@ -465,6 +555,7 @@ def plan_output_dir(
                 "config file?); a run writes its config.yaml there, so choose another "
                 "output_dir or move the file (overwrite_output_dir never replaces it)"
             )
+        _check_foreign_files(config, out, may_write=may_write)
         found = holds_run(out)
         if found:
             if not config.overwrite_output_dir:
@@ -478,6 +569,7 @@ def plan_output_dir(
                 _clear_run(out)
         return None, None
     _check_config_unchanged(config, out)
+    _check_data_unchanged(config, out, data)
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
@@ -628,7 +720,8 @@ def _train_locked(
     # the main process writes it, after all have read it, and builds the embedded warm
     # start while the others wait (they then load it).
     main = state.is_main_process
-    resume, finished = plan_output_dir(config, out, may_write=main)
+    data = checked.prompts.fingerprint if checked.prompts is not None else None
+    resume, finished = plan_output_dir(config, out, may_write=main, data=data)
     if finished is not None:
         logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
         if "error" in finished:
@@ -638,6 +731,7 @@ def _train_locked(
     if main:
         out.mkdir(parents=True, exist_ok=True)
         save_resolved_config(config, out / CONFIG_FILE)
+        save_data_identity(out, config, data)
     logger.info("base configuration: %s", config.base_config or "none (built in code)")
     with state.main_process_first():
         parts = load_run_inputs(config, out, checked)
