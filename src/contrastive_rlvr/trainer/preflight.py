@@ -70,6 +70,16 @@ def check_model_path(model: str) -> None:
             raise UserError(
                 f"model={model!r} is a file: give a model directory, a .gguf file or a Hub id"
             )
+        if path.is_dir():
+            from .checkpoints import weights_problems
+
+            # Read from the headers: a save cut short fails inside from_pretrained otherwise.
+            problems = weights_problems(path)
+            if problems:
+                raise UserError(
+                    f"model={model!r}: its weights are not whole: {'; '.join(problems)}; "
+                    "point model at a folder save_pretrained finished writing"
+                )
         return
     if not _HUB_ID.match(model) or model.endswith(".gguf"):
         raise UserError(

@@ -23,6 +23,7 @@ from .checkpoints import (
     config_differences,
     list_checkpoints,
     newest_complete_checkpoint,
+    refused_pickles_as_user_error,
     weights_problems,
 )
 from .config import RLVRConfig
@@ -126,7 +127,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
-    model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
+    with _init_kwargs_as_user_error(config):
+        model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
     train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
@@ -142,6 +144,34 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
+
+
+@contextlib.contextmanager
+def _init_kwargs_as_user_error(config: RLVRConfig):  # noqa: ANN202
+    """A ``model_init_kwargs`` key the model does not take, as one line (raised when the
+    model class is built, before any weight is read)."""
+    from .model_options import init_kwargs_error
+
+    try:
+        yield
+    except TypeError as err:
+        user_error = init_kwargs_error(config, err)
+        if user_error is None:
+            raise
+        raise user_error from err
+
+
+def check_finite_weights(model: Any, name: str) -> None:
+    """Refuse a model with a NaN or infinite weight: sampling from it fails deep inside
+    ``generate`` (or trains on garbage); named here with the first bad tensor."""
+    for tensor_name, param in model.named_parameters():
+        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+            bad = int((~torch.isfinite(param)).sum())
+            raise UserError(
+                f"model={name!r}: its weight {tensor_name} holds {bad} NaN or infinite "
+                f"value(s) of {param.numel()}; the checkpoint is damaged (a diverged run or "
+                "a bad conversion): train from an earlier, finite checkpoint"
+            )
 
 
 def embedded_sft_context_placement(config: RLVRConfig) -> str:
@@ -253,7 +283,9 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     from .preflight import load_dataset_of
 
     checked = checked if checked is not None else preflight(config)
-    model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
+    with _init_kwargs_as_user_error(config):
+        model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
+    check_finite_weights(model, config.model)
     model.train()
     loaded = checked.prompts or load_dataset_of(config)
     if loaded.skipped:
@@ -282,6 +314,8 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
         )
     chat = config.chat_template and has_template
     instruction = resolve_instruction(config.instruction, conversational)
+    if chat:
+        check_chat_roles(config, tokenizer, loaded.dataset, instruction)
     data = data.map(lambda row: {"prompt": with_instruction(row["prompt"], instruction, chat=chat)})
     heldout = data.select(split.heldout)
     if config.eval_limit is not None:
@@ -379,6 +413,39 @@ def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts
             f"model's {positions} positions (max_position_embeddings); shorten the prompts "
             "or lower max_completion_length"
         )
+
+
+def check_chat_roles(config: RLVRConfig, tokenizer: Any, dataset: Any, instruction: Any) -> None:
+    """Render, with the chat template, the first row of every distinct sequence of roles
+    in ``dataset`` (all its rows, in the file's order), as TRL will render each row: a
+    template that refuses a role (or its place) stops the run here, naming the row, not
+    mid-training when that row's batch comes (the length check samples the first rows
+    only)."""
+    from ..data import with_instruction
+
+    template_kwargs = config.chat_template_kwargs or {}
+    if isinstance(template_kwargs, str):
+        template_kwargs = json.loads(template_kwargs)
+    first: dict[tuple, int] = {}
+    position = 0
+    for batch in dataset.select_columns(["prompt"]).iter(batch_size=4096):
+        for prompt in batch["prompt"]:
+            roles = tuple(m["role"] for m in prompt) if isinstance(prompt, list) else ("user",)
+            first.setdefault(roles, position)
+            position += 1
+    for roles, row in first.items():
+        prompt = with_instruction(dataset[row]["prompt"], instruction, chat=True)
+        try:
+            tokenizer.apply_chat_template(
+                prompt, tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
+        except Exception as err:  # noqa: BLE001 - the template's own refusal, whatever its type
+            reason = " ".join(str(err).split())[:200] or type(err).__name__
+            raise UserError(
+                f"dataset={config.dataset!r} row {row + 1} (id {dataset[row]['id']}, roles "
+                f"{', '.join(roles)}): the model's chat template refuses it ({reason}); fix "
+                "the row's roles, or give a tokenizer whose template takes them"
+            ) from err
 
 
 def _is_correct(score: float | None, threshold: float) -> bool:
@@ -756,14 +823,15 @@ def _train_locked(
     if progress:
         trainer.add_callback(RichProgress())
     eval_only = resume is not None and _at_end(resume, config)
-    if eval_only:
-        # Stopped after its last checkpoint, before its summary: the Trainer would train
-        # one step more; load the checkpoint and finish with the evaluation only.
-        logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
-        trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
-        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
-    else:
-        trainer.train(resume_from_checkpoint=resume)
+    with refused_pickles_as_user_error(resume):
+        if eval_only:
+            # Stopped after its last checkpoint, before its summary: the Trainer would train
+            # one step more; load the checkpoint and finish with the evaluation only.
+            logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
+            trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
+            trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+        else:
+            trainer.train(resume_from_checkpoint=resume)
     # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
