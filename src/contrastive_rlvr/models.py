@@ -207,15 +207,18 @@ def _converted_from(folder: Path, digest: str) -> bool:
     return isinstance(mark, dict) and mark.get("sha256") == digest
 
 
-def resolve_model_source(name_or_path: str | os.PathLike[str]) -> str:
-    """The directory or id to load: GGUF files and aliases become their float checkpoint."""
+def resolve_model_source(
+    name_or_path: str | os.PathLike[str], *, trust_remote_code: bool = False
+) -> str:
+    """The directory or id to load: GGUF files and aliases become their float checkpoint
+    (converted with ``trust_remote_code`` as the load asked)."""
     name = str(name_or_path)
     if name in ALIASES:
-        return str(convert_gguf(gguf_path(name))[0])
+        return str(convert_gguf(gguf_path(name), trust_remote_code=trust_remote_code)[0])
     if name.endswith(".gguf"):
         if not Path(name).is_file():
             raise FileNotFoundError(f"GGUF file {name!r} not found")
-        return str(convert_gguf(name)[0])
+        return str(convert_gguf(name, trust_remote_code=trust_remote_code)[0])
     return name
 
 
@@ -238,7 +241,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_model_source(name_or_path)
+    source = resolve_model_source(name_or_path, trust_remote_code=trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         source,
