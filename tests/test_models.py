@@ -132,17 +132,18 @@ def test_drop_quantization_marks_lets_the_trainer_accept_the_model(tiny_dir):
     _train_step_changes_weights(model)
 
 
-def test_cache_key_follows_size_and_mtime(tmp_path):
+def test_cache_key_follows_the_content(tmp_path):
+    import hashlib
+
     f = tmp_path / "m.gguf"
     f.write_bytes(b"abc")
     key = models.gguf_cache_key(f)
-    assert key.startswith("m-") and models.gguf_cache_key(f) == key
-    f.write_bytes(b"abcd")  # another size
+    assert key == "m-" + hashlib.sha256(b"abc").hexdigest()[:32]
+    os.utime(f, ns=(1, 1))  # another mtime, the same bytes: the same conversion
+    assert models.gguf_cache_key(f) == key
+    f.write_bytes(b"abd")  # the same size and mtime, other bytes: another
+    os.utime(f, ns=(1, 1))
     assert models.gguf_cache_key(f) != key
-    os.utime(f, ns=(1, 1))  # same size, another mtime
-    key2 = models.gguf_cache_key(f)
-    os.utime(f, ns=(2, 2))
-    assert models.gguf_cache_key(f) != key2
 
 
 @pytest.fixture

@@ -17,15 +17,20 @@ is used. The checks read headers only, never the tensors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import pickle
 import re
 import struct
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .preflight import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +171,49 @@ def newest_complete_checkpoint(
         logger.warning("skipping incomplete checkpoint %s: %s", ckpt, "; ".join(problems))
         skipped.append((ckpt, problems))
     return None, skipped
+
+
+@contextlib.contextmanager
+def refused_pickles_as_user_error(checkpoint: str | Path | None) -> Iterator[None]:
+    """Around a resume from ``checkpoint``: a file there that the safe loader
+    (``torch.load(weights_only=True)``) refuses, one naming code to run as it loads (a
+    tampered or foreign file; nothing of it ran), becomes one line naming the file and
+    the globals it asks for, with a fix that keeps the safe loader (torch's own text
+    suggests ``weights_only`` off, which would run that code)."""
+    try:
+        yield
+    except pickle.UnpicklingError as err:
+        if checkpoint is None:
+            raise
+        ckpt = Path(checkpoint)
+        found = _unsafe_files(ckpt)
+        what = "; ".join(f"{n}: {', '.join(g[:3])}" for n, g in found) or "a file"
+        raise UserError(
+            f"resume: {ckpt} holds a file the safe loader refuses ({what}): it asks to run "
+            "code as it loads, which no checkpoint a run saves does, and none of it ran; "
+            f"remove {ckpt} (a resume then starts from the checkpoint before it) or start "
+            "the run again with overwrite_output_dir=true"
+        ) from err
+
+
+def _unsafe_files(ckpt: Path) -> list[tuple[str, list[str]]]:
+    """``(file, globals)`` of the torch archives in ``ckpt`` whose pickle names globals
+    outside torch's safe set (numpy's, which the Trainer allows for its RNG state, left
+    out), read from the pickle's opcodes: nothing is loaded."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    found = []
+    for path in sorted(ckpt.iterdir()):
+        if path.suffix not in (".pt", ".pth", ".bin") or not path.is_file():
+            continue
+        try:
+            names = get_unsafe_globals_in_checkpoint(str(path))
+        except Exception:  # noqa: BLE001 - not a readable archive: not the refused file
+            continue
+        names = [n for n in names if not n.startswith("numpy.")]
+        if names:
+            found.append((path.name, names))
+    return found
 
 
 def _normalised(values: dict[str, Any]) -> dict[str, Any]:

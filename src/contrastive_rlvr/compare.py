@@ -229,41 +229,77 @@ def _settings_sha(settings: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_runs(spec: CompareSpec) -> list[RunSpec]:
+def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec]:
     """The runs in order (recipe, arm, seed); every config is built (so validated, ranges
-    included) before any runs, and checked against what its folder already holds."""
+    included) before any runs, and checked against what its folder already holds: its
+    settings and the content of its dataset file. ``config_text``: the text of
+    ``spec.config`` read once by the caller (a pipe cannot be read twice)."""
     from .trainer.parse import parse_config
 
     out = Path(spec.output_dir)
     runs, clashes = [], []
+    data_identity: dict[str, dict | None] = {}  # dataset -> its fingerprint, hashed once
     for recipe in spec.recipes:
         for arm in spec.arms:
             for seed in spec.seeds:
                 run = RunSpec(recipe, arm, seed, out / recipe / arm / f"seed{seed}")
                 try:
-                    cfg = parse_config(spec.config, run.overrides(spec))
+                    cfg = parse_config(spec.config, run.overrides(spec), text=config_text)
                 except (ValueError, SystemExit) as err:
                     raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
                 settings = run_settings(cfg.to_dict())
-                clash = _folder_clash(run.output_dir, settings)
+                if cfg.dataset not in data_identity:
+                    data_identity[cfg.dataset] = _data_fingerprint(cfg.dataset)
+                data = data_identity[cfg.dataset]
+                clash = _folder_clash(run.output_dir, settings, data)
                 if clash:
                     clashes.append(f"{recipe}/{arm}/seed{seed} ({clash})")
-                runs.append(dataclasses.replace(run, config_sha256=_settings_sha(settings)))
+                # The data's content is part of the key: results.json tells its versions apart.
+                keyed = {**settings, "data_sha256": data and data.get("sha256")}
+                runs.append(dataclasses.replace(run, config_sha256=_settings_sha(keyed)))
     if clashes:
         raise ValueError(
-            f"{len(clashes)} run folder(s) of {out} hold a run made with other settings: "
-            f"{'; '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''}; old and new "
+            f"{len(clashes)} run folder(s) of {out} hold a run made on other data or other "
+            f"settings: {'; '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''}; old and new "
             "runs are never mixed in one table: choose another --out, or remove those folders"
         )
     return runs
 
 
-def _folder_clash(run_dir: Path, settings: dict) -> str | None:
+def _data_fingerprint(dataset: str | None) -> dict | None:
+    """The content fingerprint of a local dataset file (None: the embedded task, or a
+    Hub name, whose content a run records from the loaded table)."""
+    from .data import file_fingerprint
+
+    if not dataset or not Path(dataset).is_file():
+        return None
+    return file_fingerprint(dataset)
+
+
+def _data_clash(run_dir: Path, data: dict | None) -> str | None:
+    """How the dataset file differs from the one the run in ``run_dir`` recorded."""
+    from .data import fingerprint_differences
+    from .trainer.run import DATA_FILE
+
+    record = run_dir / DATA_FILE
+    if data is None or not record.is_file():
+        return None  # nothing to compare: no file now, or a run made before data.json
+    try:
+        saved = json.loads(record.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return f"{record} does not parse"
+    change = fingerprint_differences(saved if isinstance(saved, dict) else {}, data)
+    return None if change is None else f"dataset {saved.get('path')} changed: {change}"
+
+
+def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> str | None:
     """The differing fields when ``run_dir`` holds a result or a checkpoint made with
-    other settings than ``settings`` (None: it holds none, or one made with these)."""
+    other settings than ``settings`` or on other data than ``data`` (the dataset file's
+    fingerprint now); None: it holds none, or one made with these."""
     import yaml
 
     from .checkpoints import newest_complete_checkpoint
+    from .trainer.parse import YAMLTooLarge, safe_yaml
     from .trainer.run import CONFIG_FILE
 
     saved_file = run_dir / CONFIG_FILE
@@ -271,10 +307,13 @@ def _folder_clash(run_dir: Path, settings: dict) -> str | None:
         return None
     if finished_summary(run_dir) is None and newest_complete_checkpoint(run_dir)[0] is None:
         return None  # a failed or unstarted attempt: rerun in its place
+    data_change = _data_clash(run_dir, data)
+    if data_change:
+        return data_change
     try:
-        saved = run_settings(yaml.safe_load(saved_file.read_text()) or {})
-    except yaml.YAMLError:
-        return f"{saved_file} does not parse"
+        saved = run_settings(safe_yaml(saved_file.read_text()) or {})
+    except (yaml.YAMLError, YAMLTooLarge) as err:
+        return f"{saved_file} does not parse ({' '.join(str(err).split())[:100]})"
     missing = object()
     diffs = [
         f"{k}: {saved.get(k, '(unset)')!r} there, {settings.get(k, '(unset)')!r} now"
@@ -588,15 +627,19 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     Ctrl-C returns at once with the running run(s) in ``report["interrupted"]``.
     """
     from .configs import base_config_for, model_in_args
+    from .trainer.parse import read_config_text
 
-    runs = plan_runs(spec)
-    out = Path(spec.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # No --config: the base ``train`` would take for this --model (embedded.yaml for the
     # embedded model, paper.yaml for any other), so that a matrix runs what train runs.
     source = Path(spec.config) if spec.config else base_config_for(model_in_args(spec.overrides))
+    # Read once: every run is planned from this text and reads its copy (a pipe, such as
+    # --config <(...), gives its text to the first read only).
+    text = read_config_text(source)
+    runs = plan_runs(spec, text if spec.config else None)
+    out = Path(spec.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     base = out / BASE_CONFIG
-    base.write_text(f"# copied from {source}\n" + source.read_text())
+    base.write_text(f"# copied from {source}\n" + text)
     spec = dataclasses.replace(spec, config=str(base))
     started = time.perf_counter()
     pending = [r for r in runs if finished_summary(r.output_dir) is None]

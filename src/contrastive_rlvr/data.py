@@ -36,6 +36,14 @@ dropped. A ``.json`` file is one document (a list of objects), so a bad byte in 
 an error (naming the line) even with ``skip_bad_rows``; a ``.json`` file of JSON lines
 (what ``Dataset.to_json`` writes) is read as ``.jsonl``. With rows skipped, ``datasets``
 reads a copy of the file without them (in a temporary folder, removed after).
+
+Data identity: ``datasets`` keys its cache of a local file on the file's path and
+modification time, so a file rewritten with its old mtime (``touch -r``, an archive or a
+sync that keeps timestamps) would be read from the cache as it was. A local file is
+therefore hashed (:func:`file_fingerprint`: size and SHA-256 of its bytes) and read
+through a cache folder of its own content (:func:`content_cache_dir`): new bytes, a new
+cache. :attr:`LoadedPrompts.fingerprint` carries the hash, which a run records
+(``data.json``) and a resume or ``compare`` checks.
 """
 
 from __future__ import annotations
@@ -68,7 +76,9 @@ _THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 @dataclass(frozen=True)
 class LoadedPrompts:
-    """A loaded prompt dataset and how many bad rows were skipped to get it."""
+    """A loaded prompt dataset, how many bad rows were skipped to get it, and the identity
+    of what was read (:func:`file_fingerprint` of a local file; for a Hub dataset its name,
+    config, split and ``datasets``' fingerprint of the loaded table)."""
 
     dataset: Dataset
     skipped: int
@@ -77,6 +87,44 @@ class LoadedPrompts:
     #: rows}, "id": column or None, "reduced": rows whose answer was reduced to the
     #: number after GSM8K's ``####``}`` (the run logs it once at its start).
     fields: dict[str, Any] = dataclass_field(default_factory=dict)
+    fingerprint: dict[str, Any] | None = None
+
+
+#: Bytes read at a time when hashing a data file.
+_HASH_CHUNK = 1 << 20
+
+
+def file_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"path", "size", "sha256"}`` of a local file's bytes (the path resolved): what
+    identifies the data a run read, whatever its name and timestamps say."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"path": str(path.resolve()), "size": size, "sha256": digest.hexdigest()}
+
+
+def content_cache_dir(builder: str, fingerprint: dict[str, Any]) -> str:
+    """A ``datasets`` cache folder of one file content: ``datasets`` keys its own cache on
+    path and mtime, so within a folder of one content a cache hit is always that content."""
+    from datasets import config as datasets_config
+
+    root = Path(datasets_config.HF_DATASETS_CACHE) / "contrastive-rlvr-content"
+    return str(root / f"{builder}-{fingerprint['sha256'][:32]}")
+
+
+def fingerprint_differences(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """How the data ``now`` differs from what a run recorded (None: the same content)."""
+    keys = ("sha256", "fingerprint")
+    if all(saved.get(k) == now.get(k) for k in keys):
+        return None
+    if "sha256" in now:
+        was = f"{saved.get('size')} bytes, sha256 {str(saved.get('sha256'))[:12]}"
+        return f"{was} then, {now['size']} bytes, sha256 {now['sha256'][:12]} now"
+    return f"datasets fingerprint {saved.get('fingerprint')} then, {now.get('fingerprint')} now"
 
 
 def gsm8k_final_answer(solution: str) -> str | None:
@@ -284,6 +332,7 @@ class _Read:
     positions: list[int]
     skipped: int = 0
     raw: list[dict[str, Any]] | None = None
+    fingerprint: dict[str, Any] | None = None
 
 
 def _skip_or_raise(error: ValueError, skip_bad_rows: bool) -> None:
@@ -292,9 +341,10 @@ def _skip_or_raise(error: ValueError, skip_bad_rows: bool) -> None:
     logger.warning("skipping bad row: %s", error)
 
 
-def _read_json(path: Path, skip_bad_rows: bool) -> _Read:
+def _read_json(path: Path, skip_bad_rows: bool, fingerprint: dict[str, Any]) -> _Read:
     """A ``.jsonl`` (or ``.json``) file checked row by row, then read by ``datasets``: the
-    file itself when every row is good, else a copy of the good rows as JSON lines."""
+    file itself (through the cache of its content) when every row is good, else a copy of
+    the good rows as JSON lines."""
     items = _json_items(path) if path.suffix.lower() == ".json" else None
     blanks: list[int] = []
     rows = items if items is not None else _jsonl_lines(path, blanks)
@@ -314,7 +364,8 @@ def _read_json(path: Path, skip_bad_rows: bool) -> _Read:
     with path.open("rb") as f:
         clean = not skipped and not blanks and not f.read(len(_BOM)).startswith(_BOM)
     if clean:
-        read = _Read(_load_local("json", path), wheres, positions, raw=good)
+        cache = content_cache_dir("json", fingerprint)
+        read = _Read(_load_local("json", path, cache_dir=cache), wheres, positions, raw=good)
     else:
         import tempfile
 
@@ -357,18 +408,33 @@ def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, sk
             raise ValueError(
                 f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet, .csv)"
             )
+        if split != "train":
+            # datasets names a local file's one split "train": any other name would be
+            # ignored without a word.
+            raise ValueError(
+                f"dataset_train_split={split!r} names a split of a Hugging Face dataset, but "
+                f"{path} is one local file, read whole; give the file of that split as "
+                "dataset (and leave dataset_train_split at 'train')"
+            )
+        fingerprint = file_fingerprint(path)
         if suffix in (".jsonl", ".json"):
-            return _read_json(path, skip)
-        dataset = _load_local(suffix[1:], path)
-        # csv: line 1 is the header
-        first, unit = (2, "line") if suffix == ".csv" else (1, "row")
-        wheres = [f"{path} {unit} {i}" for i in range(first, first + len(dataset))]
-        return _Read(dataset, wheres, list(range(len(dataset))))
+            read = _read_json(path, skip, fingerprint)
+        else:
+            builder = suffix[1:]
+            dataset = _load_local(builder, path, cache_dir=content_cache_dir(builder, fingerprint))
+            # csv: line 1 is the header
+            first, unit = (2, "line") if suffix == ".csv" else (1, "row")
+            wheres = [f"{path} {unit} {i}" for i in range(first, first + len(dataset))]
+            read = _Read(dataset, wheres, list(range(len(dataset))))
+        read.fingerprint = fingerprint
+        return read
     if suffix in _SUFFIXES or str(source).startswith((".", os.sep)):
         raise ValueError(f"{path}: file not found")
     dataset = _hub_dataset(str(source), hub_config, split)
     wheres = [f"{source}[{split}] row {i}" for i in range(1, len(dataset) + 1)]
-    return _Read(dataset, wheres, list(range(len(dataset))))
+    identity = {"dataset": str(source), "config": hub_config, "split": split,
+                "fingerprint": getattr(dataset, "_fingerprint", None)}  # fmt: skip
+    return _Read(dataset, wheres, list(range(len(dataset))), fingerprint=identity)
 
 
 def load_prompts(
@@ -449,7 +515,13 @@ def load_prompts(
     dataset = concatenate_datasets([ours, rest], axis=1) if rest.column_names else ours
     if id_field is None:
         used["id"] = "id" if "id" in read.dataset.column_names else None
-    return LoadedPrompts(dataset=dataset, skipped=skipped, source=str(source), fields=used)
+    return LoadedPrompts(
+        dataset=dataset,
+        skipped=skipped,
+        source=str(source),
+        fields=used,
+        fingerprint=read.fingerprint,
+    )
 
 
 def _count_fields(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError
 
@@ -52,6 +53,16 @@ def check_model_path(model: str) -> None:
             raise UserError(
                 f"model={model!r} is a file: give a model directory, a .gguf file or a Hub id"
             )
+        if path.is_dir():
+            from .checkpoints import weights_problems
+
+            # Read from the headers: a save cut short fails inside from_pretrained otherwise.
+            problems = weights_problems(path)
+            if problems:
+                raise UserError(
+                    f"model={model!r}: its weights are not whole: {'; '.join(problems)}; "
+                    "point model at a folder save_pretrained finished writing"
+                )
         return
     if not _HUB_ID.match(model) or model.endswith(".gguf"):
         raise UserError(
@@ -106,3 +117,22 @@ def check_output_dir(path: str | os.PathLike[str]) -> None:
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
+
+
+def check_not_model_folder(config: Any) -> None:
+    """``output_dir`` is not the folder of the model trained (the run's final save would
+    replace the base model's weights, config and tokenizer); refused whatever
+    ``overwrite_output_dir`` says."""
+    model = str(getattr(config, "model", "") or "")
+    if model in ("", "embedded"):
+        return
+    model_path, out = Path(model).expanduser(), Path(config.output_dir).expanduser()
+    if not model_path.exists() or not out.exists():
+        return
+    # A .gguf file's folder is not the model: the run writes no .gguf file.
+    if model_path.is_dir() and os.path.samefile(model_path, out):
+        raise UserError(
+            f"output_dir={str(config.output_dir)!r} is the folder of model={model!r}: the run "
+            "would write its weights over the model it starts from; choose another output_dir "
+            "(overwrite_output_dir never allows this)"
+        )

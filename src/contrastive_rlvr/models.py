@@ -11,9 +11,10 @@ local directory, a local ``.gguf`` file, or an alias from :data:`ALIASES`:
 A GGUF file is dequantised by transformers once and saved as an ordinary
 float checkpoint (safetensors, with its tokenizer) under the GGUF cache
 (:func:`gguf_cache_root`: ``$CONTRASTIVE_RLVR_CACHE/gguf`` or
-``~/.cache/contrastive-rlvr/gguf``), in a folder keyed by the file's name,
-size and modification time; later loads read that folder, and the log says
-which happened. Why: transformers keeps a GGUF-loaded model marked as
+``~/.cache/contrastive-rlvr/gguf``), in a folder keyed by the file's name and
+the SHA-256 of its bytes (not its size and mtime: two files of one name, size
+and mtime would share one conversion); later loads read that folder, and the
+log says which happened. Why: transformers keeps a GGUF-loaded model marked as
 quantized (``is_quantized``, ``hf_quantizer``), and its Trainer refuses to
 fine-tune such a model ("You cannot perform fine-tuning on purely quantized
 models"), although the weights are plain float tensors.
@@ -111,16 +112,23 @@ def gguf_cache_root() -> Path:
     return root / "gguf"
 
 
-def gguf_cache_key(path: str | os.PathLike[str]) -> str:
-    """Cache folder name of a GGUF file: its name plus a hash of its name, size and mtime.
+def gguf_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a GGUF file's bytes (a 100 MB file hashes in well under a second,
+    little beside loading it)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
-    Size and modification time (not the content, 100 MB to hash) identify the
-    file: replacing it with another file changes at least one of them.
-    """
-    path = Path(path)
-    stat = path.stat()
-    ident = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
-    return f"{path.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+def gguf_cache_key(path: str | os.PathLike[str], digest: str | None = None) -> str:
+    """Cache folder name of a GGUF file: its stem plus the start of the SHA-256 of its
+    bytes (``digest``, computed when not given). The content, not name, size and mtime:
+    another file with the same three (a copy that kept its timestamps, a second download)
+    must not be served this one's weights."""
+    digest = digest or gguf_digest(path)
+    return f"{Path(path).stem}-{digest[:32]}"
 
 
 def drop_quantization_marks(model: Any) -> Any:
@@ -158,8 +166,9 @@ def convert_gguf(
 
     path = Path(path).resolve()
     root = Path(cache_root) if cache_root is not None else gguf_cache_root()
-    folder = root / gguf_cache_key(path)
-    if (folder / _CONVERTED_MARK).is_file():
+    digest = gguf_digest(path)
+    folder = root / gguf_cache_key(path, digest)
+    if _converted_from(folder, digest):
         logger.info("GGUF %s: using the float checkpoint converted earlier, %s", path, folder)
         return folder, True
     logger.info("GGUF %s: dequantising once into a float checkpoint at %s", path, folder)
@@ -176,7 +185,7 @@ def convert_gguf(
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         stat = path.stat()
-        source_info = {"gguf": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        source_info = {"gguf": str(path), "size": stat.st_size, "sha256": digest}
         (tmp / _CONVERTED_MARK).write_text(json.dumps(source_info, indent=2) + "\n")
         if folder.exists():  # an interrupted earlier conversion
             shutil.rmtree(folder)
@@ -187,15 +196,29 @@ def convert_gguf(
     return folder, False
 
 
-def resolve_model_source(name_or_path: str | os.PathLike[str]) -> str:
-    """The directory or id to load: GGUF files and aliases become their float checkpoint."""
+def _converted_from(folder: Path, digest: str) -> bool:
+    """Whether ``folder`` holds a whole conversion of the GGUF content ``digest`` (its
+    mark, written last, records the digest; a mark without it, from a version keyed on
+    mtime, is converted again)."""
+    try:
+        mark = json.loads((folder / _CONVERTED_MARK).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(mark, dict) and mark.get("sha256") == digest
+
+
+def resolve_model_source(
+    name_or_path: str | os.PathLike[str], *, trust_remote_code: bool = False
+) -> str:
+    """The directory or id to load: GGUF files and aliases become their float checkpoint
+    (converted with ``trust_remote_code`` as the load asked)."""
     name = str(name_or_path)
     if name in ALIASES:
-        return str(convert_gguf(gguf_path(name))[0])
+        return str(convert_gguf(gguf_path(name), trust_remote_code=trust_remote_code)[0])
     if name.endswith(".gguf"):
         if not Path(name).is_file():
             raise FileNotFoundError(f"GGUF file {name!r} not found")
-        return str(convert_gguf(name)[0])
+        return str(convert_gguf(name, trust_remote_code=trust_remote_code)[0])
     return name
 
 
@@ -218,7 +241,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_model_source(name_or_path)
+    source = resolve_model_source(name_or_path, trust_remote_code=trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         source,

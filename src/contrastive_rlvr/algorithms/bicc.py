@@ -85,6 +85,19 @@ class BiCCTemplate:
     item_suffix: str = "\n"
     footer: str = "Your attempt:\n"
 
+    def __post_init__(self) -> None:
+        # item_prefix is formatted once per attempt, when the first context is built: a
+        # field other than {index} (or a stray brace) would fail there, mid-run.
+        try:
+            self.item_prefix.format(index=1)
+        except Exception as err:  # noqa: BLE001 - KeyError, IndexError, ValueError, ...
+            what = f"unknown field {err}" if isinstance(err, KeyError | IndexError) else err
+            raise ValueError(
+                f"bicc_item_prefix={self.item_prefix!r} is invalid ({what}): it may use "
+                "{index} (the attempt's number, from 1) and no other field; write a "
+                "literal brace as {{ or }}"
+            ) from err
+
     @classmethod
     def from_fields(cls, config: object) -> BiCCTemplate:
         """The template of a config's ``bicc_header_correct``, ``bicc_header_wrong``,

@@ -10,10 +10,13 @@ as keyword arguments).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 RewardFunction = Callable[..., list[float]]
@@ -47,25 +50,83 @@ def load_reward_function(spec: str) -> RewardFunction:
             f"or a built-in name {BUILTIN_REWARDS}"
         )
     if module_part.endswith(".py"):
-        path = Path(module_part)
-        if not path.is_file():
-            raise ValueError(f"reward {spec!r}: file {str(path)!r} not found")
-        module_spec = importlib.util.spec_from_file_location(f"_user_reward_{path.stem}", path)
-        if module_spec is None or module_spec.loader is None:
-            raise ValueError(f"reward {spec!r}: cannot import {str(path)!r}")
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        module = _import_file(spec, Path(module_part))
     else:
         try:
             module = importlib.import_module(module_part)
-        except ImportError as e:
-            raise ValueError(f"reward {spec!r}: cannot import module {module_part!r}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - any failure of the user's module, in one line
+            raise ValueError(
+                f"reward {spec!r}: cannot import module {module_part!r}: {_import_failure(e)}"
+            ) from e
     fn = getattr(module, attr, None)
     if fn is None:
         raise ValueError(f"reward {spec!r}: module {module_part!r} has no attribute {attr!r}")
     if not callable(fn):
         raise ValueError(f"reward {spec!r}: {attr!r} is not callable")
     return fn
+
+
+def _module_name(path: Path) -> str:
+    """The name a reward file is imported under: its stem and a hash of its full path, so
+    that two files named ``rewards.py`` in two folders are two modules."""
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"_user_reward_{stem}_{digest}"
+
+
+def _import_file(spec: str, path: Path) -> ModuleType:
+    """Import a reward file as a module registered in ``sys.modules`` (so that its
+    functions pickle by reference, as a process pool over them needs: a forked worker
+    finds the module there). A failure at import (a missing package, a syntax error, an
+    exception raised by the file) is a ``ValueError`` of one line naming the file."""
+    if not path.is_file():
+        raise ValueError(f"reward {spec!r}: file {str(path)!r} not found")
+    name = _module_name(path)
+    content = hashlib.sha256(path.read_bytes()).hexdigest()
+    loaded = _IMPORTED.get(name)
+    if loaded is not None and loaded[0] == content and sys.modules.get(name) is loaded[1]:
+        # Imported once per content, as a module is: two rewards of one file share it
+        # (each function then pickles as the module in sys.modules holds it).
+        return loaded[1]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ValueError(f"reward {spec!r}: cannot import {str(path)!r}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # before it runs: pickling inside the module works too
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException as e:
+        del sys.modules[name]
+        if not isinstance(e, Exception):
+            raise  # KeyboardInterrupt, SystemExit: not the file's import failing
+        raise ValueError(
+            f"reward {spec!r}: importing {str(path)!r} failed: {_import_failure(e, path)}"
+        ) from e
+    _IMPORTED[name] = (content, module)
+    return module
+
+
+#: Reward files imported in this process: module name -> (sha256 of the source, module).
+_IMPORTED: dict[str, tuple[str, ModuleType]] = {}
+
+
+def _import_failure(err: BaseException, path: Path | None = None) -> str:
+    """One line for an exception raised while importing the user's module: the missing
+    package with how to get it, the syntax error's line, or the exception and the line of
+    the file that raised it."""
+    if isinstance(err, ModuleNotFoundError) and err.name:
+        return f"no module named {err.name!r} (install it: pip install {err.name.split('.')[0]})"
+    if isinstance(err, SyntaxError):
+        return f"{type(err).__name__} at line {err.lineno}: {err.msg}"
+    line = None
+    if path is not None:
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
+        line = frames[-1].lineno if frames else None
+    where = f" at line {line}" if line else ""
+    text = " ".join(str(err).split())[:200]
+    return f"{type(err).__name__}{where}: {text}" if text else f"{type(err).__name__}{where}"
 
 
 def resolve_reward(name_or_spec: str, **options: Any) -> RewardFunction:

@@ -27,7 +27,26 @@ from .config_groups import (
     check,
     finite,
 )
+from .preflight import UserError
 from .trl_settings import check_project_loss_options
+
+
+def _sampling_options(use_vllm: bool) -> tuple[frozenset[str] | None, str]:
+    """The option names of what samples the completions, and its name: transformers'
+    ``GenerationConfig`` (its attributes), or vLLM's ``SamplingParams`` (None when vLLM
+    is not installed)."""
+    if use_vllm:
+        try:
+            from vllm import SamplingParams
+        except ImportError:
+            return None, "vLLM's SamplingParams"
+        import inspect
+
+        return frozenset(inspect.signature(SamplingParams).parameters), "vLLM's SamplingParams"
+    from transformers import GenerationConfig
+
+    names = {k for k in vars(GenerationConfig()) if not k.startswith("_")}
+    return frozenset(names), "transformers' GenerationConfig"
 
 
 @dataclass
@@ -68,7 +87,8 @@ class RLVRConfig(
             self.bf16 = torch.cuda.is_available() and not self.use_cpu
         # Both TRL parents' checks (neither calls the other's).
         ModelConfig.__post_init__(self)
-        GRPOConfig.__post_init__(self)
+        GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict
+        self._validate_generation_kwargs()
         self.validate_recipe_layout()
         self.validate_seed_layout()
         self._validate_whole_groups()
@@ -124,6 +144,57 @@ class RLVRConfig(
             weights,
             "every weight must be finite",
         )
+
+    def __getstate__(self) -> dict:
+        """What pickling stores (the Trainer's ``training_args.bin`` beside every checkpoint
+        and the final model): every field but the secrets, the ``*_token`` fields
+        (``hub_token``), which are never written to disk in clear (``config.yaml`` hides
+        them too, as ``to_dict`` does). A pickled copy has no token: the upload reads the
+        token of the process that parsed the config."""
+        state = self.__dict__.copy()
+        for key in state:
+            if key.endswith("_token") and state[key] is not None:
+                state[key] = None
+        return state
+
+    def _validate_generation_kwargs(self) -> None:
+        """Every ``generation_kwargs`` key is an option of what samples (transformers'
+        ``GenerationConfig``, or vLLM's ``SamplingParams`` with ``use_vllm``) and none
+        restates a field of its own: ``GenerationConfig`` keeps an unknown key as an
+        attribute without a word, and a key such as ``temperature`` would change the
+        training samples but not the held-out evaluation, which reads the field."""
+        kwargs = self.generation_kwargs
+        if kwargs is None:
+            return
+        if not isinstance(kwargs, dict):
+            raise UserError(
+                f"generation_kwargs={kwargs!r} is invalid: give a mapping of option: value "
+                '(on the command line a JSON object, e.g. \'{"num_beams": 2}\')'
+            )
+        own_field = {
+            "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+            "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+            "max_new_tokens": "max_completion_length", "max_tokens": "max_completion_length",
+        }  # fmt: skip
+        for key in kwargs:
+            if key in own_field:
+                raise UserError(
+                    f"generation_kwargs: {key!r} has its own field: set {own_field[key]} "
+                    "instead (the held-out evaluation reads the field, not generation_kwargs)"
+                )
+        valid, sampler = _sampling_options(self.use_vllm)
+        if valid is None:
+            return  # vLLM is not installed here: the run itself will say so
+        unknown = sorted(k for k in kwargs if k not in valid)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], sorted(valid), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise UserError(
+                f"generation_kwargs: {', '.join(map(repr, unknown))} is not an option of "
+                f"{sampler}{hint}; remove it, or use one of {sampler}'s options"
+            )
 
     def _validate_combinations(self) -> None:
         """Checks across groups: the methods that can be combined with the recipe."""

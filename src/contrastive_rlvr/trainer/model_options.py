@@ -21,6 +21,9 @@ def model_load_kwargs(config: Any) -> dict[str, Any]:
     from ..models import resolve_dtype
 
     kwargs: dict[str, Any] = {"dtype": config.dtype or "float32"}
+    # A model (or tokenizer) whose code ships with its checkpoint loads only when the user
+    # said so; the field reaches every load, as a TRL script passes it.
+    kwargs["trust_remote_code"] = bool(config.trust_remote_code)
     if config.model_revision not in (None, "main"):
         kwargs["revision"] = config.model_revision
     if config.attn_implementation is not None:
@@ -46,3 +49,25 @@ def peft_config_of(config: Any) -> Any:
     from trl import get_peft_config
 
     return get_peft_config(config)
+
+
+def init_kwargs_error(config: Any, err: TypeError) -> Exception | None:
+    """A ``from_pretrained`` TypeError caused by a ``model_init_kwargs`` key that is neither
+    a loading option nor a field of the model's config (the model's ``__init__`` got it)
+    as a one-line :class:`UserError`; None for any other TypeError."""
+    import json
+    import re
+
+    from .preflight import UserError
+
+    init = config.model_init_kwargs or {}
+    if isinstance(init, str):
+        init = json.loads(init)
+    m = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(err))
+    if m is None or m.group(2) not in init:
+        return None
+    return UserError(
+        f"model_init_kwargs: {m.group(2)!r} is neither an option of from_pretrained nor a "
+        f"field of the model's config ({m.group(1)} does not take it); remove it or fix its "
+        "name"
+    )

@@ -46,20 +46,98 @@ def default_config_path() -> Path:
     return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
 
 
+#: Seconds a config file that is a pipe or FIFO may stay silent (no writer yet, or a
+#: writer that writes nothing) before the read is given up, naming the file.
+CONFIG_READ_TIMEOUT_S = 60.0
+#: Most values (scalars, lists and mappings, each alias counted as what it expands to) a
+#: YAML file of this project may hold: a few hundred in any real config; an alias bomb
+#: (a few hundred bytes) expands to billions.
+MAX_YAML_VALUES = 100_000
+
+
+class YAMLTooLarge(ValueError):
+    """A YAML document whose aliases expand past :data:`MAX_YAML_VALUES` values, or refer
+    to themselves."""
+
+
+def read_config_text(path: str | Path, what: str = "config file") -> str:
+    """The text of a config file, read once: a regular file at once; a pipe or FIFO
+    (``--config <(...)``) until its writer closes it, waiting at most
+    :data:`CONFIG_READ_TIMEOUT_S` seconds for each piece (no writer: a one-line error)."""
+    import stat as stat_module
+
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist") from None
+    if stat_module.S_ISDIR(mode):
+        raise ValueError(f"{what} {path} is a directory: give a YAML file")
+    data = path.read_bytes() if stat_module.S_ISREG(mode) else _read_stream(path, what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8"
+        ) from err
+
+
+def _read_stream(path: Path, what: str) -> bytes:
+    """Everything a pipe or FIFO gives until its writer closes it; a silence longer than
+    :data:`CONFIG_READ_TIMEOUT_S` raises (opened non-blocking: a FIFO with no writer
+    would otherwise block the open itself, for ever)."""
+    import os
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        chunks = []
+        while True:
+            if not poller.poll(CONFIG_READ_TIMEOUT_S * 1000):
+                raise ValueError(
+                    f"{what} {path} gave no data for {CONFIG_READ_TIMEOUT_S:g} s (a pipe or "
+                    "FIFO with no writer?); write the config to a file and pass that"
+                )
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue  # woken with nothing to read yet
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def safe_yaml(text: str) -> object:
+    """``text`` parsed with the safe loader that refuses duplicate keys
+    (:class:`_UniqueKeyLoader`) and alias bombs (:class:`YAMLTooLarge`): the values are
+    counted with each alias expanded before any Python object is built."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def load_yaml(
     path: str | Path,
     schema: type = RLVRConfig,
     what: str = "config file",
     checked_by_caller: frozenset[str] = frozenset(),
+    text: str | None = None,
 ) -> dict:
     """The mapping in a YAML file of ``schema``'s fields; unknown keys raise naming them,
     the valid ones and the file, and so do values of the wrong type (except the fields in
-    ``checked_by_caller``, which the caller converts and checks itself)."""
+    ``checked_by_caller``, which the caller converts and checks itself). The file is read
+    once (:func:`read_config_text`), or not at all when ``text`` (its text, read by the
+    caller) is given."""
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{what} {path} does not exist")
+    if text is None:
+        text = read_config_text(path, what)
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        data = safe_yaml(text) or {}
+    except YAMLTooLarge as err:
+        raise ValueError(f"{what} {path}: {err}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(err).split())}") from err
     if not isinstance(data, dict):
@@ -80,7 +158,16 @@ def load_yaml(
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last
-    silently, so the first value would be ignored without a word)."""
+    silently, so the first value would be ignored without a word), and a document whose
+    aliases expand past :data:`MAX_YAML_VALUES` values (PyYAML shares an aliased object,
+    but every later walk of it, the type checks, a dump or a hash, expands it)."""
+
+    def get_single_data(self):  # noqa: ANN201
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node)
+        return self.construct_document(node)
 
     def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
         seen: dict = {}
@@ -96,6 +183,43 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Count the values of a composed YAML document as if every alias were written out
+    (each node's count computed once, so a bomb costs its size in nodes, not its
+    expansion); raise :class:`YAMLTooLarge` past :data:`MAX_YAML_VALUES` or on an
+    alias inside its own anchor."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise YAMLTooLarge(
+                f"an alias refers to its own anchor (line {node.start_mark.line + 1}): "
+                "write the value out"
+            )
+        open_nodes.add(key)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(v) for v in node.value)
+        else:
+            total = 1
+        open_nodes.discard(key)
+        if total > MAX_YAML_VALUES:
+            raise YAMLTooLarge(
+                f"its aliases (*name) expand to more than {MAX_YAML_VALUES} values (line "
+                f"{node.start_mark.line + 1}): a config holds a few hundred; write the "
+                "values out instead of nesting aliases"
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def _fits(value: object, hint: object) -> bool:
@@ -133,18 +257,21 @@ def _type_name(hint: object) -> str:
     return getattr(hint, "__name__", str(hint)) if not args else str(hint)
 
 
-def parse_config(config_file: str | Path | None, overrides: list[str]) -> RLVRConfig:
+def parse_config(
+    config_file: str | Path | None, overrides: list[str], text: str | None = None
+) -> RLVRConfig:
     """YAML values, then ``--field value`` overrides; validation happens when the dataclass
     is built, before any model loads.
 
     The YAML is ``config_file`` when given, else the shipped base configuration for the
     ``--model`` of the overrides (:func:`~contrastive_rlvr.configs.base_config_for`:
     ``embedded.yaml`` for the embedded model or no ``--model``, ``paper.yaml`` for any
-    other). The config's ``base_config`` records which file it was."""
+    other). The config's ``base_config`` records which file it was. ``text``: the text of
+    ``config_file``, read once by a caller that builds many configs from it."""
     if any(a.split("=", 1)[0] in ("--base_config", "--base-config") for a in overrides):
         raise ValueError("base_config is set by the parser; choose the base YAML with --config")
     base = Path(config_file) if config_file else base_config_for(model_in_args(overrides))
-    values = load_yaml(base)
+    values = load_yaml(base, text=text if config_file else None)
     if config_file:
         _check_names_a_model(base, values, overrides)
     # No prefixes: --max_step must not silently mean --max_steps.

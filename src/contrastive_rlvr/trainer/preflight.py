@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UserError
-from ..input_checks import check_model_path, check_output_dir, hub_offline
+from ..input_checks import (
+    check_model_path,
+    check_not_model_folder,
+    check_output_dir,
+    hub_offline,
+)
 
 
 @dataclass
@@ -131,6 +136,7 @@ def preflight(config: Any) -> PreflightResult:
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
+    check_not_model_folder(config)
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)

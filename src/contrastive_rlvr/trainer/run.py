@@ -21,6 +21,7 @@ from ..checkpoints import (
     config_differences,
     list_checkpoints,
     newest_complete_checkpoint,
+    refused_pickles_as_user_error,
     weights_problems,
 )
 from ..errors import UserError
@@ -41,12 +42,23 @@ start_log = logging.getLogger("contrastive_rlvr.start")
 SFT_DIR = "sft-model"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+#: The identity of the data a run trained on (:func:`~contrastive_rlvr.data.file_fingerprint`),
+#: written with config.yaml when the run starts, checked by a resume and by compare.
+DATA_FILE = "data.json"
 #: Files and folders of a run in its output directory (``sft-model`` is a reusable
 #: warm start, not a run: compare copies it in before the run starts).
-RUN_FILES = (CONFIG_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl")
+RUN_FILES = (
+    CONFIG_FILE, DATA_FILE, SUMMARY_FILE, "metrics.jsonl", "deltas.jsonl", "diagnostics.jsonl"
+)  # fmt: skip
 #: The first line of a config.yaml a run wrote: a config.yaml without it is the user's
 #: own file, which no run replaces or removes.
 RUN_CONFIG_HEADER = "# contrastive-rlvr train: the resolved config of the run in this folder"
+#: What this project puts in a run's folder before (or without) the run's config.yaml:
+#: the embedded warm start (built there, or copied in by compare) and compare's notes and
+#: log. A folder holding only these is free for a fresh run.
+PREPARED_ENTRIES = frozenset(
+    {SFT_DIR, f"{SFT_DIR}.partial", "train.log", "error.txt", "interrupted.txt"}
+)
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
@@ -119,7 +131,8 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
     else:
         _warn_if_other_warm_start(config, sft_dir)
     tokenizer = load_char_tokenizer(sft_dir)
-    model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
+    with _init_kwargs_as_user_error(config):
+        model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
     train, heldout = make_datasets(task)
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
@@ -136,6 +149,34 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
         evaluate=evaluate,
     )
+
+
+@contextlib.contextmanager
+def _init_kwargs_as_user_error(config: RLVRConfig):  # noqa: ANN202
+    """A ``model_init_kwargs`` key the model does not take, as one line (raised when the
+    model class is built, before any weight is read)."""
+    from .model_options import init_kwargs_error
+
+    try:
+        yield
+    except TypeError as err:
+        user_error = init_kwargs_error(config, err)
+        if user_error is None:
+            raise
+        raise user_error from err
+
+
+def check_finite_weights(model: Any, name: str) -> None:
+    """Refuse a model with a NaN or infinite weight: sampling from it fails deep inside
+    ``generate`` (or trains on garbage); named here with the first bad tensor."""
+    for tensor_name, param in model.named_parameters():
+        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+            bad = int((~torch.isfinite(param)).sum())
+            raise UserError(
+                f"model={name!r}: its weight {tensor_name} holds {bad} NaN or infinite "
+                f"value(s) of {param.numel()}; the checkpoint is damaged (a diverged run or "
+                "a bad conversion): train from an earlier, finite checkpoint"
+            )
 
 
 def embedded_sft_context_placement(config: RLVRConfig) -> str:
@@ -247,7 +288,9 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
     from .preflight import load_dataset_of
 
     checked = checked if checked is not None else preflight(config)
-    model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
+    with _init_kwargs_as_user_error(config):
+        model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
+    check_finite_weights(model, config.model)
     model.train()
     loaded = checked.prompts or load_dataset_of(config)
     if loaded.skipped:
@@ -276,6 +319,8 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
         )
     chat = config.chat_template and has_template
     instruction = resolve_instruction(config.instruction, conversational)
+    if chat:
+        check_chat_roles(config, tokenizer, loaded.dataset, instruction)
     data = data.map(lambda row: {"prompt": with_instruction(row["prompt"], instruction, chat=chat)})
     heldout = data.select(split.heldout)
     if config.eval_limit is not None:
@@ -477,6 +522,39 @@ def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts
         )
 
 
+def check_chat_roles(config: RLVRConfig, tokenizer: Any, dataset: Any, instruction: Any) -> None:
+    """Render, with the chat template, the first row of every distinct sequence of roles
+    in ``dataset`` (all its rows, in the file's order), as TRL will render each row: a
+    template that refuses a role (or its place) stops the run here, naming the row, not
+    mid-training when that row's batch comes (the length check samples the first rows
+    only)."""
+    from ..data import with_instruction
+
+    template_kwargs = config.chat_template_kwargs or {}
+    if isinstance(template_kwargs, str):
+        template_kwargs = json.loads(template_kwargs)
+    first: dict[tuple, int] = {}
+    position = 0
+    for batch in dataset.select_columns(["prompt"]).iter(batch_size=4096):
+        for prompt in batch["prompt"]:
+            roles = tuple(m["role"] for m in prompt) if isinstance(prompt, list) else ("user",)
+            first.setdefault(roles, position)
+            position += 1
+    for roles, row in first.items():
+        prompt = with_instruction(dataset[row]["prompt"], instruction, chat=True)
+        try:
+            tokenizer.apply_chat_template(
+                prompt, tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
+        except Exception as err:  # noqa: BLE001 - the template's own refusal, whatever its type
+            reason = " ".join(str(err).split())[:200] or type(err).__name__
+            raise UserError(
+                f"dataset={config.dataset!r} row {row + 1} (id {dataset[row]['id']}, roles "
+                f"{', '.join(roles)}): the model's chat template refuses it ({reason}); fix "
+                "the row's roles, or give a tokenizer whose template takes them"
+            ) from err
+
+
 def _is_correct(score: float | None, threshold: float) -> bool:
     return score is not None and math.isfinite(score) and score > threshold
 
@@ -497,9 +575,84 @@ def holds_run(out: Path) -> list[str]:
     before its first step: there is nothing to resume or lose, so it holds no run."""
     found = [name for name in RUN_FILES if (out / name).exists()]
     found += [p.name for p in reversed(list_checkpoints(out))]
-    if found == [CONFIG_FILE] and _written_by_a_run(out / CONFIG_FILE):
+    started_only = CONFIG_FILE in found and set(found) <= {CONFIG_FILE, DATA_FILE}
+    if started_only and _written_by_a_run(out / CONFIG_FILE):
         return []
     return found
+
+
+def save_data_identity(out: Path, config: RLVRConfig, fingerprint: dict | None) -> None:
+    """Record what data the run reads (``data.json``); nothing for the embedded task."""
+    if fingerprint is None:
+        (out / DATA_FILE).unlink(missing_ok=True)
+        return
+    record = {"dataset": config.dataset, **fingerprint}
+    (out / DATA_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _check_data_unchanged(config: RLVRConfig, out: Path, fingerprint: dict | None) -> None:
+    """Refuse a resume whose dataset's content differs from the one the run recorded
+    (``data.json``): the rest of the run would train on other data without a word."""
+    from ..data import fingerprint_differences
+
+    record_file = out / DATA_FILE
+    if fingerprint is None or not record_file.is_file():
+        return  # the embedded task, or a run recorded before data.json existed
+    try:
+        saved = json.loads(record_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        saved = {}
+    change = fingerprint_differences(saved if isinstance(saved, dict) else {}, fingerprint)
+    if change is None:
+        return
+    what = f"dataset={config.dataset!r} is not the data the run in {out} trained on ({change})"
+    if config.resume_allow_config_change:
+        logger.warning("resume: %s; continuing on the new data", what)
+        shutil.copyfile(record_file, out / "data.before-resume.json")
+        return
+    raise UserError(
+        f"resume=True but {what}: put the file back as it was, start a new run in another "
+        "output_dir, or set resume_allow_config_change=true to continue on the new data"
+    )
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """The entries of ``out`` that are not a run's of this project, sorted (empty: the
+    folder is absent, empty, holds a run, or holds only what compare and the warm start
+    prepare, :data:`PREPARED_ENTRIES`). A folder whose config.yaml a run wrote is a run's
+    folder whole: its model files (config.json, tokenizer, README.md) are the run's own."""
+    if not out.is_dir():
+        return []
+    own = out / CONFIG_FILE
+    if own.is_file() and _written_by_a_run(own):
+        return []
+    ours = set(PREPARED_ENTRIES) | set(RUN_FILES)
+    ours.update(p.name for p in list_checkpoints(out))
+    return sorted(p.name for p in out.iterdir() if p.name not in ours)
+
+
+def _check_foreign_files(config: RLVRConfig, out: Path, *, may_write: bool) -> None:
+    """Refuse a fresh run into a folder holding files no run wrote (the run would replace
+    a model card, a model's config and tokenizer with its own) unless
+    ``overwrite_output_dir`` is set."""
+    foreign = foreign_entries(out)
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    if not config.overwrite_output_dir:
+        raise UserError(
+            f"output_dir={str(out)!r} holds files no run of this project wrote ({shown}); "
+            "a run writes its model there (config.json, model.safetensors, the tokenizer "
+            "files, README.md) and would replace yours: choose a new or empty output_dir, "
+            "or set overwrite_output_dir=true to let it replace them"
+        )
+    if may_write:
+        logger.warning(
+            "%s holds files no run wrote (%s); overwrite_output_dir=true: the run's files of "
+            "the same names replace them",
+            out,
+            shown,
+        )
 
 
 def _clear_run(out: Path) -> None:
@@ -521,10 +674,12 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
             return  # nothing to resume: said below
         problem = "is missing"
     else:
+        from .parse import YAMLTooLarge, safe_yaml
+
         try:
-            saved = yaml.safe_load(saved_file.read_text())
+            saved = safe_yaml(saved_file.read_text())
             problem = None if isinstance(saved, dict) else "holds no mapping of fields"
-        except yaml.YAMLError as err:
+        except (yaml.YAMLError, YAMLTooLarge) as err:
             problem = f"does not parse ({' '.join(str(err).split())[:120]})"
     if problem is not None:
         if not config.resume_allow_config_change:
@@ -557,13 +712,15 @@ def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
 
 
 def plan_output_dir(
-    config: RLVRConfig, out: Path, *, may_write: bool = True
+    config: RLVRConfig, out: Path, *, may_write: bool = True, data: dict | None = None
 ) -> tuple[str | None, dict | None]:
     """``(checkpoint to resume from, summary of a finished run)`` for ``config``; refuses
-    (``UserError``) a fresh run into a directory that holds another run, a resume with a
-    changed config, and a resume with no complete checkpoint. Nothing is loaded.
-    ``may_write=False`` (processes other than the main one): the same answer, and the
-    main process alone removes a run that ``overwrite_output_dir`` replaces."""
+    (``UserError``) a fresh run into a directory that holds another run or files no run
+    wrote, a resume with a changed config or changed data (``data``: the fingerprint of
+    the dataset now, :class:`~contrastive_rlvr.data.LoadedPrompts`), and a resume with no
+    complete checkpoint. Nothing is loaded. ``may_write=False`` (processes other than the
+    main one): the same answer, and the main process alone removes a run that
+    ``overwrite_output_dir`` replaces."""
     if not config.resume:
         own = out / CONFIG_FILE
         if own.is_file() and not _written_by_a_run(own):
@@ -572,6 +729,7 @@ def plan_output_dir(
                 "config file?); a run writes its config.yaml there, so choose another "
                 "output_dir or move the file (overwrite_output_dir never replaces it)"
             )
+        _check_foreign_files(config, out, may_write=may_write)
         found = holds_run(out)
         if found:
             if not config.overwrite_output_dir:
@@ -585,6 +743,7 @@ def plan_output_dir(
                 _clear_run(out)
         return None, None
     _check_config_unchanged(config, out)
+    _check_data_unchanged(config, out, data)
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
@@ -739,7 +898,8 @@ def _train_locked(
     # the main process writes it, after all have read it, and builds the embedded warm
     # start while the others wait (they then load it).
     main = state.is_main_process
-    resume, finished = plan_output_dir(config, out, may_write=main)
+    data = checked.prompts.fingerprint if checked.prompts is not None else None
+    resume, finished = plan_output_dir(config, out, may_write=main, data=data)
     if finished is not None:
         logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
         if "error" in finished:
@@ -749,6 +909,7 @@ def _train_locked(
     if main:
         out.mkdir(parents=True, exist_ok=True)
         save_resolved_config(config, out / CONFIG_FILE)
+        save_data_identity(out, config, data)
     logger.info("base configuration: %s", config.base_config or "none (built in code)")
     logger.info("settings: %s", settings_line(config))
     with state.main_process_first():
@@ -774,14 +935,15 @@ def _train_locked(
     if progress:
         trainer.add_callback(RichProgress())
     eval_only = resume is not None and _at_end(resume, config)
-    if eval_only:
-        # Stopped after its last checkpoint, before its summary: the Trainer would train
-        # one step more; load the checkpoint and finish with the evaluation only.
-        logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
-        trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
-        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
-    else:
-        trainer.train(resume_from_checkpoint=resume)
+    with refused_pickles_as_user_error(resume):
+        if eval_only:
+            # Stopped after its last checkpoint, before its summary: the Trainer would train
+            # one step more; load the checkpoint and finish with the evaluation only.
+            logger.warning("resume: %s is the last step; evaluating only", Path(resume).name)
+            trainer._load_from_checkpoint(resume)  # TRL/transformers private API, pinned
+            trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+        else:
+            trainer.train(resume_from_checkpoint=resume)
     # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 from ...algorithms import BICC_PLACEMENTS, BICC_RATIO_MODES, BiCCTemplate
 from ...algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE, default_bicc_ratio_mode
+from ..preflight import UserError
 from .common import check
 
 # RECIPE_BICC_RATIO_MODE (the per-recipe default of bicc_ratio_mode) lives in
@@ -140,6 +141,10 @@ class BiCCOptions:
     )
 
     def validate_bicc(self) -> None:
+        try:
+            BiCCTemplate.from_fields(self)  # checks the framing text (its {index} field)
+        except ValueError as err:
+            raise UserError(str(err)) from err
         check(
             self.bicc_ratio_mode is None or self.bicc_ratio_mode in BICC_RATIO_MODES,
             "bicc_ratio_mode",

@@ -189,7 +189,10 @@ class DataOptions:
         metadata={
             "help": "A fresh run (resume=false) into an output_dir that holds another run "
             "(config.yaml, summary.json, metrics, checkpoints): remove that run's files first "
-            "instead of stopping with an error. The warm start sft-model/ is kept."
+            "instead of stopping with an error. The warm start sft-model/ is kept. Into a "
+            "folder holding files no run wrote (a model card, a model's config.json): let the "
+            "run's files of the same names replace them. Never the folder of --model itself, "
+            "nor the user's own config.yaml."
         },
     )
     nonfinite_rewards: Literal["error", "skip_group"] = field(
