@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from .preflight import UserError
+from .errors import UserError
 
 logger = logging.getLogger(__name__)
 
