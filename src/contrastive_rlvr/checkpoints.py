@@ -18,6 +18,7 @@ is used. The checks read headers only, never the tensors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import pickle
@@ -221,16 +222,49 @@ def _normalised(values: dict[str, Any]) -> dict[str, Any]:
     return yaml.safe_load(yaml.safe_dump(values, sort_keys=True)) or {}
 
 
+@functools.cache
+def field_defaults() -> dict[str, Any]:
+    """Every RLVRConfig field's default as ``config.yaml`` writes it (enums as their
+    values); fields whose default YAML cannot hold are left out."""
+    import dataclasses
+    import enum
+
+    from .config import RLVRConfig
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(RLVRConfig):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        value = value.value if isinstance(value, enum.Enum) else value
+        try:
+            out[f.name] = _normalised({f.name: value})[f.name]
+        except yaml.YAMLError:
+            continue
+    return out
+
+
+def predates(saved: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether field ``name`` is absent from a ``saved`` config (a run made before the
+    field existed) and ``value`` is the field's default (so it changes nothing)."""
+    defaults = field_defaults()
+    return name not in saved and name in defaults and defaults[name] == value
+
+
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``field: saved -> current`` for every training field that differs (see
-    :data:`NON_TRAINING_FIELDS` for the ones ignored)."""
+    :data:`NON_TRAINING_FIELDS` for the ones ignored). A field the saved config lacks (it
+    was made before the field existed) is no difference while it is at its default."""
     saved, current = _normalised(saved), _normalised(current)
     names = sorted((set(saved) | set(current)) - NON_TRAINING_FIELDS)
     missing = object()
     out = []
     for name in names:
         a, b = saved.get(name, missing), current.get(name, missing)
-        if a != b:
+        if a != b and not predates(saved, name, b):
             fmt = lambda v: "(unset)" if v is missing else repr(v)  # noqa: E731
             out.append(f"{name}: {fmt(a)} -> {fmt(b)}")
     return out

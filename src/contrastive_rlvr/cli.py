@@ -269,6 +269,13 @@ def compare(
         raise typer.Exit(130)
     if report["failed"]:
         raise typer.Exit(1)
+    if report.get("busy"):
+        typer.echo(
+            f"error: {len(report['busy'])} run(s) left alone: a live process holds their "
+            "folders; run compare again once it has ended",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 @app.command(short_help="Plot the curves and diagnostics of training runs as PNG figures.")

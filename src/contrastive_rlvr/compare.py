@@ -7,11 +7,17 @@ Every run is what ``contrastive-rlvr train`` runs, its output in
   ``compare`` starts (edits of the original during a matrix change no run);
 - a run whose ``summary.json`` exists (and records no ``error``) is not run again; one
   whose summary records an error is a failed run;
-- each run is keyed on its whole resolved config (:func:`run_settings`): a folder
-  whose ``config.yaml`` was made with other settings is refused before any run starts
-  when it holds a result or a checkpoint (use another OUT or remove it), and replaced
-  when it holds only a failed or unstarted attempt; ``results.json`` records each
-  run's key (``config_sha256``) and config file;
+- each run is keyed on its resolved config less where it writes and how it logs,
+  saves and resumes (:func:`run_settings`): a folder whose ``config.yaml`` was made
+  with other settings is refused before any run starts when it holds a result or a
+  checkpoint (use another OUT or remove it), and replaced when it holds only a failed
+  or unstarted attempt; a field the folder's config predates counts as its default
+  (an older version's runs are reused while the new option stays at its default);
+  ``results.json`` records each run's key (``config_sha256``) and config file;
+- one compare per OUT: a second one is refused before it writes anything (a lock on
+  the folder, gone with its holder however it ends); a run or warm-start folder that a
+  live process holds (a run this compare did not start) is left alone, its files never
+  opened, and reported as ``busy``;
 - a failed run leaves ``error.txt`` (exit code and the end of its log) and the
   others go on; ``train.log`` holds each run's output;
 - with the embedded default, the SFT warm start of each seed is built once in
@@ -20,7 +26,9 @@ Every run is what ``contrastive-rlvr train`` runs, its output in
 - ``jobs=1`` (the default) runs everything in this process and its main thread,
   one run after another (imports paid once); ``jobs > 1`` runs that many child
   processes (``python -m contrastive_rlvr.compare train ...``) at once, one torch
-  thread each;
+  thread each, each the leader of its own process group and ending with this
+  process however it ends (Linux: the parent-death signal, :mod:`.child_processes`),
+  so that a compare killed with SIGKILL leaves no run going on;
 - Ctrl-C stops the matrix at once: the running run(s) stop (child processes get
   SIGINT, then SIGKILL after ``STOP_GRACE_S``), are marked ``interrupted`` in
   ``results.json`` (and ``interrupted.txt`` in their folder), and no other run
@@ -52,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .child_processes import child_env, die_with_parent
 from .stats import mean_ci, paired_difference_ci
 
 #: arm name -> (bicc, rcc)
@@ -202,7 +211,9 @@ class RunSpec:
 
 
 #: Resolved fields that do not change a run's result: where it writes, how it resumes,
-#: how it shows progress. Every other field is part of a run's key.
+#: how it shows progress, how often it logs and saves (and, from :func:`unkeyed_fields`,
+#: every other field a resume may change, the held-out evaluation's excepted). Every
+#: other field is part of a run's key.
 UNKEYED_FIELDS = frozenset(
     {
         "output_dir", "logging_dir", "run_name", "base_config", "resume",
@@ -210,14 +221,26 @@ UNKEYED_FIELDS = frozenset(
         "disable_tqdm", "torch_threads", "report_to", "log_level", "log_level_replica",
     }
 )  # fmt: skip
+#: Fields a resume may change that still change compare's table: the held-out evaluation.
+TABLE_FIELDS = frozenset({"eval_n", "eval_limit"})
+
+
+def unkeyed_fields() -> frozenset[str]:
+    """:data:`UNKEYED_FIELDS` and the fields that do not change what is trained
+    (``checkpoints.NON_TRAINING_FIELDS``: logging and saving intervals, Hub
+    uploads, data-loader workers), less :data:`TABLE_FIELDS`."""
+    from .checkpoints import NON_TRAINING_FIELDS
+
+    return UNKEYED_FIELDS | (NON_TRAINING_FIELDS - TABLE_FIELDS)
 
 
 def run_settings(config_fields: dict) -> dict:
     """The settings a run's result depends on: its resolved config less
-    :data:`UNKEYED_FIELDS`, normalised through YAML as ``config.yaml`` is written."""
+    :func:`unkeyed_fields`, normalised through YAML as ``config.yaml`` is written."""
     import yaml
 
-    kept = {k: v for k, v in config_fields.items() if k not in UNKEYED_FIELDS}
+    unkeyed = unkeyed_fields()
+    kept = {k: v for k, v in config_fields.items() if k not in unkeyed}
     return yaml.safe_load(yaml.safe_dump(kept, sort_keys=True)) or {}
 
 
@@ -298,7 +321,7 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
     fingerprint now); None: it holds none, or one made with these."""
     import yaml
 
-    from .checkpoints import newest_complete_checkpoint
+    from .checkpoints import newest_complete_checkpoint, predates
     from .trainer.parse import YAMLTooLarge, safe_yaml
     from .trainer.run import CONFIG_FILE
 
@@ -315,10 +338,12 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
     except (yaml.YAMLError, YAMLTooLarge) as err:
         return f"{saved_file} does not parse ({' '.join(str(err).split())[:100]})"
     missing = object()
+    # A field the folder's run predates is no difference while it is at its default.
     diffs = [
         f"{k}: {saved.get(k, '(unset)')!r} there, {settings.get(k, '(unset)')!r} now"
         for k in sorted(set(saved) | set(settings))
         if saved.get(k, missing) != settings.get(k, missing)
+        and not predates(saved, k, settings.get(k, missing))
     ]
     return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None
 
@@ -354,20 +379,37 @@ class _Children:
         self.stopping = threading.Event()
 
     def stop(self) -> None:
-        """SIGINT to every child (as a terminal's Ctrl-C would), SIGKILL after the grace."""
+        """SIGINT to every child's process group (as a terminal's Ctrl-C would reach a
+        foreground job: the child and whatever it started), SIGKILL after the grace."""
         self.stopping.set()
         with self.lock:
             procs = list(self.procs)
         for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)
+            _signal_group(proc, signal.SIGINT)
         deadline = time.monotonic() + STOP_GRACE_S
         for proc in procs:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the process group ``proc`` leads (each child is started as the leader
+    of its own group), or to ``proc`` alone once it has ended."""
+    if proc.poll() is not None:
+        return  # reaped: its group id may belong to someone else by now
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def _child_command(argv: list[str]) -> list[str]:
+    """The command line of a child process running the worker command ``argv``."""
+    return [sys.executable, "-m", "contrastive_rlvr.compare", *argv]
 
 
 _CHILDREN = _Children()
@@ -380,12 +422,20 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         if not in_process:
-            cmd = [sys.executable, "-m", "contrastive_rlvr.compare", *argv]
+            cmd = _child_command(argv)
             with _CHILDREN.lock:
                 if _CHILDREN.stopping.is_set():
                     raise KeyboardInterrupt
+                # Its own process group (stopped as a whole, never by a terminal's signal
+                # to this one's group), and told this pid, so that it ends when this process
+                # does, however this process ends (child_main: the parent-death signal).
                 proc = subprocess.Popen(
-                    cmd, stdout=f, stderr=subprocess.STDOUT, env=_subprocess_env()
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    env=child_env(_subprocess_env()),
+                    process_group=0,
                 )
                 _CHILDREN.procs.add(proc)
             try:
@@ -465,12 +515,15 @@ def sft_cache_dir(spec: CompareSpec, seed: int) -> Path:
 def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
     """Build ``OUT/sft-cache/seed<k>/sft-model`` (rebuilt when its key changed);
     returns an error message or None."""
+    from .trainer.folder_lock import held_by_a_live_process
     from .trainer.run import SFT_DIR
 
     key = _sft_key(spec, seed)
     if key["model"] != "embedded":
         return None
     cache = sft_cache_dir(spec, seed)
+    if held_by_a_live_process(cache):
+        raise FolderBusy(cache)
     key_file = cache / SFT_KEY_FILE
     if (cache / SFT_DIR / "config.json").exists() and key_file.exists():
         if json.loads(key_file.read_text()) == key:
@@ -519,8 +572,11 @@ def _worker(argv: list[str]) -> None:
         return
     import torch
 
+    from .trainer.folder_lock import OutputDirLock
+
     torch.set_num_threads(cfg.torch_threads)
-    load_run_inputs(cfg, directory)
+    with OutputDirLock(directory):  # a later compare sees a live build and leaves it alone
+        load_run_inputs(cfg, directory)
 
 
 # ---------------------------------------------------------------------- running
@@ -529,9 +585,27 @@ def _worker(argv: list[str]) -> None:
 @dataclass
 class RunResult:
     run: RunSpec
-    status: str  # "done", "skipped" (summary existed), "failed", "interrupted", "pending"
+    # "done", "skipped" (summary existed), "failed", "interrupted", "pending", "busy" (a
+    # live process holds its folder: left alone)
+    status: str
     error: str | None = None
     summary: dict | None = None
+
+
+class FolderBusy(Exception):
+    """A live process holds the lock of a folder this compare would write (a run or a warm
+    start that this compare did not start): its files are left alone."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(str(folder))
+        self.folder = folder
+
+
+BUSY_NOTE = (
+    "a live process holds its folder (a run this compare did not start: a train command, "
+    "or a child of a compare that was killed); its files were left alone: run compare "
+    "again once it has ended"
+)
 
 
 def _resume_args(run: RunSpec) -> list[str]:
@@ -549,6 +623,7 @@ def _resume_args(run: RunSpec) -> list[str]:
 def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
     """Run one cell unless its summary exists; a failure is recorded, not raised
     (Ctrl-C is: the caller marks the run interrupted)."""
+    from .trainer.folder_lock import held_by_a_live_process
     from .trainer.run import SFT_DIR
 
     what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
@@ -556,6 +631,10 @@ def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
         finished = finished_summary(run.output_dir)
         if finished is not None:
             return RunResult(run, "skipped", summary=finished)
+        # Its log and notes are opened for writing below: never those of a live run (this
+        # compare holds OUT's lock, so a live run here is none of its own).
+        if held_by_a_live_process(run.output_dir):
+            return RunResult(run, "busy", error=BUSY_NOTE)
         run.output_dir.mkdir(parents=True, exist_ok=True)
         for note in ("error.txt", "interrupted.txt"):
             (run.output_dir / note).unlink(missing_ok=True)
@@ -590,6 +669,8 @@ def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  #
     def build(seed: int) -> str | None:
         try:
             return build_sft_cache(spec, seed)
+        except FolderBusy as busy:
+            return f"{BUSY_PREFIX}the SFT warm start {busy.folder}: {BUSY_NOTE}"
         except OSError as err:
             return f"SFT warm start of seed {seed} could not start: {err}"
 
@@ -602,8 +683,15 @@ def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  #
     for seed, err in zip(seeds, results, strict=True):
         if err is not None:
             errors[seed] = err
-            echo(f"FAILED warm start of seed {seed}: see {sft_cache_dir(spec, seed)}/error.txt")
+            if err.startswith(BUSY_PREFIX):
+                echo(f"BUSY warm start of seed {seed}: {err[len(BUSY_PREFIX) :]}")
+            else:
+                echo(f"FAILED warm start of seed {seed}: see {sft_cache_dir(spec, seed)}/error.txt")
     return errors
+
+
+#: Starts the message of a warm start that a live process holds (its runs are busy).
+BUSY_PREFIX = "busy: "
 
 
 def _raise_ctrl_c(signum: int, frame: object) -> None:
@@ -625,7 +713,22 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
     The config YAML is copied to ``OUT/base-config.yaml`` first and every run reads
     that copy, so that an edit of the original while the matrix runs changes no run.
     Ctrl-C returns at once with the running run(s) in ``report["interrupted"]``.
+
+    One compare per OUT: a second one while this one lives is refused (``UserError``)
+    before it writes anything; the lock goes with this process however it ends.
     """
+    from .trainer.folder_lock import OutputDirLock
+
+    in_use = (
+        "compare --out {path}: another compare is running in this folder (a live process "
+        "holds its lock); wait for it to end, stop it, or choose another --out"
+    )
+    with OutputDirLock(spec.output_dir, in_use=in_use):
+        return _run_matrix(spec, echo)
+
+
+def _run_matrix(spec: CompareSpec, echo) -> dict:  # noqa: ANN001
+    """:func:`run_compare` once OUT is locked."""
     from .configs import base_config_for, model_in_args
     from .trainer.parse import read_config_text
 
@@ -653,6 +756,8 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
             echo(f"FAILED {label}: see {result.run.output_dir}/error.txt")
         elif result.status == "interrupted":
             echo(f"INTERRUPTED {label}")
+        elif result.status == "busy":
+            echo(f"BUSY   {label}: {BUSY_NOTE}")
         elif result.status == "done":
             before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
             echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
@@ -665,6 +770,8 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
         if _CHILDREN.stopping.is_set():
             return RunResult(run, "pending")
         if run.seed in sft_errors and run in pending:
+            if sft_errors[run.seed].startswith(BUSY_PREFIX):
+                return record(RunResult(run, "busy", error=sft_errors[run.seed]))
             return record(RunResult(run, "failed", error=sft_errors[run.seed]))
         try:
             result = execute_run(spec, run)
@@ -733,10 +840,16 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     run_dirs: dict[tuple[str, str], dict[int, Path]] = {}
     run_keys: dict[tuple[str, str], dict[int, str]] = {}
-    failed = []
+    failed, busy = [], []
     eval_n = None
     for res in results:
         if res.status in ("interrupted", "pending"):
+            continue
+        if res.status == "busy":
+            busy.append(
+                {"recipe": res.run.recipe, "arm": res.run.arm, "seed": res.run.seed,
+                 "folder": str(res.run.output_dir)}
+            )  # fmt: skip
             continue
         if res.summary is None:
             failed.append(
@@ -801,6 +914,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
         "spec": dataclasses.asdict(spec),
         "rows": rows,
         "failed": failed,
+        "busy": busy,
         "pending": pending,
     }
 
@@ -899,6 +1013,9 @@ def results_markdown(report: dict) -> str:
             f"- {i['recipe']}/{i['arm']}/seed{i['seed']}" if "recipe" in i else f"- {i['stage']}"
             for i in report["interrupted"]
         ]
+    if report.get("busy"):
+        lines += ["", f"Left alone, {BUSY_NOTE}:"]
+        lines += [f"- {b['recipe']}/{b['arm']}/seed{b['seed']}" for b in report["busy"]]
     if report["failed"]:
         lines += ["", "Failed runs (see their error.txt):"]
         lines += [f"- {f['recipe']}/{f['arm']}/seed{f['seed']}" for f in report["failed"]]
@@ -959,5 +1076,13 @@ def _verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+def child_main(argv: list[str], worker=None) -> None:  # noqa: ANN001
+    """A child process of ``compare``: ends with its parent (Linux: the parent-death
+    signal, :mod:`.child_processes`), then runs the worker command ``argv``
+    (``worker``: :func:`_worker` unless given)."""
+    die_with_parent()
+    (worker or _worker)(argv)
+
+
 if __name__ == "__main__":
-    _worker(sys.argv[1:])
+    child_main(sys.argv[1:])
