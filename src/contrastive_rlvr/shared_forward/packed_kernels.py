@@ -24,6 +24,14 @@ each segment over [its prompt ; itself]). The same two steps map onto:
 
 Calls without the packed layout (generation, the per-row forward) go to the model's own
 implementation, with its own mask function.
+
+An attention argument a packed form does not implement (:data:`UNIMPLEMENTED_ARGUMENTS`:
+Gemma-2's logit ``softcap``, a ``sliding_window``, gpt-oss's sinks ``s_aux``) is refused,
+never dropped: with a value, the packed call raises
+:class:`~.packed_prefix.PackedPrefixUnsupported` (the probe then reports it and the run
+goes per row). Dropping one gives log-probs that are close but not the model's (Gemma-2's
+cap of 50 moves them by ~1e-5 nats, within any rounding tolerance), so no tolerance could
+catch it.
 """
 
 from __future__ import annotations
@@ -50,6 +58,23 @@ FLEX_ATTENTION = "flex_packed_prefix"
 KERNEL_FORMS = {"flash_attention_2": VARLEN_ATTENTION, "flex_attention": FLEX_ATTENTION}
 
 VarlenKernel = Callable[..., torch.Tensor]
+
+#: Keyword arguments transformers' attention modules pass that change the scores and that
+#: no packed form (split SDPA, flash varlen, flex) implements: refused when not None.
+UNIMPLEMENTED_ARGUMENTS = ("softcap", "sliding_window", "s_aux")
+
+
+def refuse_unimplemented(module: torch.nn.Module, form: str, kwargs: dict) -> None:
+    """Raise ``PackedPrefixUnsupported`` when the attention call carries an argument of
+    :data:`UNIMPLEMENTED_ARGUMENTS` with a value (the packed ``form`` would drop it)."""
+    for name in UNIMPLEMENTED_ARGUMENTS:
+        value = kwargs.get(name)
+        if value is not None:
+            shown = "a tensor" if isinstance(value, torch.Tensor) else repr(value)
+            raise PackedPrefixUnsupported(
+                f"{type(module).__name__} passes {name}={shown} to its attention, which the "
+                f"packed {form} form does not implement"
+            )
 
 
 @dataclass
@@ -277,6 +302,8 @@ def _attention(base: str, kernel: VarlenKernel | None) -> Callable:
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                   packed_varlen=None, packed_flex=None, **kwargs):  # noqa: ANN001, ANN202  # fmt: skip
+        if packed_varlen is not None or packed_flex is not None:
+            refuse_unimplemented(module, "varlen" if packed_varlen is not None else "flex", kwargs)
         if packed_varlen is not None:
             out = varlen_split_forward(
                 kernel, module, query, key, value, dropout, scaling, packed_varlen

@@ -45,6 +45,7 @@ tiles and masks the rest, as it does for the per-row forward.
 from __future__ import annotations
 
 import inspect
+import re
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +59,7 @@ from .packed_kernels import (
     VARLEN_ATTENTION,
     flex_block_mask,
     kernel_form,
+    refuse_unimplemented,
     varlen_layout,
 )
 from .prefix import distinct_rows
@@ -97,6 +99,7 @@ def split_attention_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+    refuse_unimplemented(module, "split", kwargs)  # softcap, a window, sinks: never dropped
     groups = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     dropout = dropout if module.training else 0.0
@@ -166,18 +169,48 @@ def supports_packed_prefix(model: torch.nn.Module) -> tuple[bool, str]:
             f"(supported: {sorted(MASK_KINDS) + sorted(KERNEL_FORMS)})"
         )
     layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
     if layer_types is not None:
         other = sorted({t for t in layer_types if t != "full_attention"})
         if other:
             return False, f"layers of type {other} would ignore their own masks"
-    elif getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return False, f"sliding_window={config.sliding_window} would be ignored by a 4-D mask"
+        # layer_types is only what the config says: Mistral's attention (and its mask) apply
+        # config.sliding_window to every layer whatever layer_types holds.
+        every = _window_on_every_layer(inner) if window else None
+        if every is not None:
+            return False, (
+                f"{every} applies sliding_window={window} to every layer (config.layer_types "
+                "is not read there); a packed form would ignore the window"
+            )
+    elif window and getattr(config, "use_sliding_window", True):
+        return False, f"sliding_window={window} would be ignored by a 4-D mask"
     if "fused_lm_head" not in inspect.signature(inner.forward, follow_wrapped=False).parameters:
         return False, "the model is not patched with TRL's add_fused_lm_head"
     backbone = getattr(inner, "base_model", None)
     if backbone is None or "position_ids" not in inspect.signature(backbone.forward).parameters:
         return False, "the backbone's forward takes no position_ids"
     return True, ""
+
+
+# An attention forward that reads the window from the config, not from its layer's type.
+_CONFIG_WINDOW = re.compile(r"config\.sliding_window|config\s*,\s*[\"']sliding_window")
+
+
+def _window_on_every_layer(inner: torch.nn.Module) -> str | None:
+    """The name of the attention class when it applies ``config.sliding_window`` to every
+    layer (its forward reads the config's window, as Mistral's, Mixtral's, Phi-3's and
+    Starcoder2's do), else None. A forward whose source cannot be read counts as reading it
+    (the packed form is then refused: the per-row forward is always right)."""
+    for module in inner.modules():
+        name = type(module).__name__
+        if not name.endswith("Attention") or not hasattr(module, "config"):
+            continue
+        try:
+            source = inspect.getsource(type(module).forward)
+        except (OSError, TypeError):
+            return name
+        return name if _CONFIG_WINDOW.search(source) else None
+    return None
 
 
 def build_packed_layout(

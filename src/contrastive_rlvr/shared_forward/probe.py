@@ -14,13 +14,24 @@ token keeps its position in its row, and only relative positions matter":
   packed one with real tokens only.
 
 So the choice is made by proof: :func:`probe_packed_forward` runs both forwards on a small
-synthetic batch at the run's lengths (and past any rope-scaling threshold) and accepts the
-packed form only when the log-probs agree within the float tolerance of the dtype the
-forward runs in.
+synthetic batch at the longest length the run can reach (and past any rope-scaling
+threshold) and accepts the packed form only when the log-probs agree within a float32
+tolerance.
+
+The decision is taken in float32 whatever the run computes in. In bfloat16 the exact
+packed and per-row forwards of SmolLM2-135M differ by a mean of 5.9e-2 nats (48 tokens;
+3.5e-6 in float32), so a bfloat16 tolerance wide enough to accept an exact form also
+accepts a wrong one. A model whose weights are float32 (bfloat16 by autocast) is probed
+with autocast off; a model whose weights are in a lower precision is probed on a float32
+copy of its first :data:`PROBE_LAYERS` decoder layers (with its embeddings, final norm
+and head): a position or mask defect shows in the first layer already, and every layer
+attends the same way. Where no copy can be made (weights sharded by FSDP / ZeRO-3,
+quantized), the probe runs in the run's dtype with that dtype's tolerance, and says so.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -28,13 +39,20 @@ from typing import Any
 import torch
 
 from .layout import _unwrap
-from .packed_prefix import IGNORE_INDEX, packed_prefix_forward
+from .packed_kernels import VARLEN_ATTENTION, enable_kernel_form, kernel_form
+from .packed_kernels import varlen_attention_reference as _varlen_reference
+from .packed_prefix import (
+    IGNORE_INDEX,
+    PackedPrefixUnsupported,
+    packed_prefix_forward,
+)
 
 # Largest mean |packed - per-row| log-prob (nats over scored tokens) accepted, by the dtype the
-# forward computes in. A position bug costs tenths of a nat to nats (GPT-2 3.79, LongRoPE 0.85
-# measured on left-padded prompts); summation order alone costs ~1e-6 in float32 and ~1e-2 in
-# bfloat16 on random weights.
+# probe computes in (float32 unless the weights are sharded). A position bug costs tenths of
+# a nat to nats (GPT-2 3.79, LongRoPE 0.85 measured on left-padded prompts); summation order
+# alone costs ~1e-6 in float32, and in bfloat16 ~1e-2 on random weights, 5e-2 on SmolLM2.
 PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+PROBE_LAYERS = 2  # decoder layers of the float32 copy of a low-precision model
 PROBE_ROWS_PER_PROMPT = 2  # rows sharing each of the two synthetic prompts
 PROBE_TOKEN_OFFSET = 4  # synthetic ids avoid the first ids (often pad / bos / eos)
 
@@ -76,17 +94,21 @@ def synthetic_batch(
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(prompt_ids, prompt_mask, completion_ids, completion_mask) of 2 prompts x 2 rows,
-    ``width`` tokens in all per row: prompts left-padded (the longer one by enough that its
-    rows' real length stays at ``threshold`` while the padded width passes it), one
-    completion of each prompt cut short, as TRL pads a generation batch.
+    ``width`` tokens in all per row: the longer prompt unpadded (or, with a ``threshold``
+    below ``width``, left-padded so that its rows' real length stays at the threshold while
+    the padded width passes it), the shorter one left-padded, one completion of each prompt
+    cut short, as TRL pads a generation batch.
 
     Shapes: (4, width - completion_len) and (4, completion_len)."""
     prompt_len = width - completion_len
     if prompt_len < 2 or completion_len < 1:
         raise ValueError(f"probe batch: width {width} leaves no prompt of 2 tokens")
-    pad = 1  # left padding makes the per-row and packed positions differ where they can
+    # The longer prompt fills its rows (the longest rows reach ``width`` real tokens: a
+    # window or a position limit just below the width shows); the shorter one is left-padded,
+    # which makes the per-row and packed positions differ where they can.
+    pad = 0
     if threshold is not None and width > threshold:
-        pad = max(pad, width - threshold)
+        pad = width - threshold
     long_real = max(2, prompt_len - pad)
     short_real = max(1, prompt_len // 2)
     gen = torch.Generator().manual_seed(0)
@@ -137,6 +159,58 @@ def _compute_dtype(model: torch.nn.Module, device: torch.device) -> torch.dtype:
     return dtype
 
 
+def _sharded(inner: torch.nn.Module) -> bool:
+    """Whether the weights are sharded across processes (FSDP2's DTensors, ZeRO-3's
+    partitioned parameters, FSDP1's flattened ones): no local copy can be made."""
+    return any(
+        type(p).__name__ == "DTensor" or hasattr(p, "ds_id") or p.numel() == 0
+        for p in inner.parameters()
+    )
+
+
+def _decoder_layers(inner: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
+    """(owner, attribute) of the ModuleList holding the ``num_hidden_layers`` decoder layers."""
+    count = getattr(inner.config.get_text_config(), "num_hidden_layers", None)
+    for owner in inner.modules():
+        for name, child in owner.named_children():
+            if isinstance(child, torch.nn.ModuleList) and len(child) == count:
+                return owner, name
+    return None
+
+
+def float32_copy(model: torch.nn.Module, layers: int = PROBE_LAYERS) -> torch.nn.Module | None:
+    """A float32 copy of the model (unwrapped) with its first ``layers`` decoder layers only,
+    in eval mode without gradients, on the model's device, with the same attention form
+    (flash varlen runs its pure-torch stand-in there: flash kernels take no float32). None
+    when the weights are sharded or the decoder layers cannot be found. TRL's fused head
+    carries over: its patched ``forward`` looks the backbone up on the copy. None too where
+    the copy cannot be made or upcast (quantized weights)."""
+    inner = _unwrap(model)
+    found = _decoder_layers(inner)
+    if found is None or _sharded(inner):
+        return None
+    owner, name = found
+    full = owner._modules[name]
+    owner._modules[name] = torch.nn.ModuleList(list(full)[:layers])
+    try:
+        clone = copy.deepcopy(inner)  # the layers left out are not copied
+        clone.float().eval().requires_grad_(False)
+    except Exception:  # noqa: BLE001 (quantized or hooked weights: probe in the run's dtype)
+        return None
+    finally:
+        owner._modules[name] = full
+    text = clone.config.get_text_config()
+    kept = min(layers, len(full))
+    text.num_hidden_layers = kept
+    if getattr(text, "layer_types", None) is not None:
+        text.layer_types = list(text.layer_types)[:kept]
+    impl = clone.config._attn_implementation or ""
+    if kernel_form(impl) == VARLEN_ATTENTION and "flash" in impl.split(":", 1)[1]:
+        clone.config._attn_implementation = "sdpa"
+        enable_kernel_form(clone, form=VARLEN_ATTENTION, kernel=_varlen_reference)
+    return clone
+
+
 def probe_packed_forward(
     model: torch.nn.Module,
     width: int,
@@ -151,9 +225,14 @@ def probe_packed_forward(
     ``(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> (B, C)``,
     by default :func:`~.packed_prefix.packed_prefix_forward`) and TRL's per-row forward on
     :func:`synthetic_batch` at :func:`probe_width` tokens, and compares the mean absolute
-    difference over scored tokens with :data:`PROBE_TOLERANCE`.
+    difference over scored tokens with :data:`PROBE_TOLERANCE` of the dtype the probe
+    computes in: float32 (autocast off; a float32 copy of the first layers for weights in a
+    lower precision, :func:`float32_copy`), else, with sharded weights, the run's (under
+    ``autocast``). A packed form that refuses an attention argument it does not implement
+    (:class:`~.packed_prefix.PackedPrefixUnsupported`) fails the probe.
 
-    Returns ``(True, summary)`` or ``(False, reason)``, both naming the measured difference.
+    Returns ``(True, summary)`` or ``(False, reason)``, both naming the measured difference
+    or the refusal, the dtype and what the probe ran on.
     """
     inner = _unwrap(model)
     device = next(inner.parameters()).device
@@ -168,22 +247,36 @@ def probe_packed_forward(
         def packed(m: torch.nn.Module, *t: torch.Tensor) -> torch.Tensor:
             return packed_prefix_forward(m, *t)[0]
 
+    with autocast():
+        run_dtype = _compute_dtype(model, device)
+    target, context, where = model, torch.autocast(device.type, enabled=False), "the model"
+    if next(inner.parameters()).dtype != torch.float32:
+        target = float32_copy(model)
+        where = f"a float32 copy of its first {PROBE_LAYERS} layers"
+        if target is None:  # sharded: decide in the run's dtype
+            target, context, where = model, autocast(), "the model (sharded: run dtype)"
     was_training = inner.training
     inner.eval()
     try:
-        with torch.no_grad(), autocast():
-            dtype = _compute_dtype(model, device)
-            reference = per_row_logps(model, *tensors).float()
-            shared = packed(model, *tensors).float()
+        with torch.no_grad(), context:
+            dtype = _compute_dtype(target, device)
+            # The packed form first: a refused argument ends the probe before the per-row
+            # forward (which, on the float32 copy's stand-in attention, may not take it).
+            shared = packed(target, *tensors).float()
+            reference = per_row_logps(target, *tensors).float()
+    except PackedPrefixUnsupported as err:
+        return False, f"the packed forward refuses this model: {err}"
     finally:
         inner.train(was_training)
     scored = tensors[3].bool()
     diff = (shared - reference).abs()[scored]
     mean, worst = float(diff.mean()), float(diff.max())
     tolerance = PROBE_TOLERANCE.get(dtype, PROBE_TOLERANCE[torch.float16])
+    name = str(dtype).removeprefix("torch.")
     summary = (
         f"packed vs per-row log-probs at {width} tokens: mean |diff| {mean:.2e}, "
-        f"max {worst:.2e} nats (tolerance {tolerance:.0e} in {str(dtype).removeprefix('torch.')})"
+        f"max {worst:.2e} nats (tolerance {tolerance:.0e} in {name}, on {where}; the run "
+        f"computes in {str(run_dtype).removeprefix('torch.')})"
     )
     if not mean <= tolerance:  # NaN fails too
         return False, summary

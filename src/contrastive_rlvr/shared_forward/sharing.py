@@ -10,8 +10,10 @@ give the same log-probs (tests/test_packed_prefix.py, tests/test_sharing.py):
   backward, so it runs under gradient checkpointing, DDP, ZeRO and FSDP. Needs a model
   whose attention takes the layout (:func:`~.packed_prefix.supports_packed_prefix`), and
   proof: before its first use on a model, :func:`~.probe.probe_packed_forward` compares it
-  with the per-row forward on a synthetic batch at the run's length (past any rope-scaling
-  threshold); where they differ the run falls back to per row, the reason logged.
+  with the per-row forward, in float32, on a synthetic batch at the longest length the run
+  can reach (``max_width``; past any rope-scaling threshold), and again should a batch
+  ever be longer than the length proven; where they differ the run falls back to per
+  row, the reason logged.
 - ``"cache"`` (:mod:`.prefix`): the two-pass key/value-cache form, for a model the packed
   form cannot take, in one process without gradient checkpointing (it is two forwards per
   backward and needs the cache). No entropies: a call that needs them runs per row.
@@ -55,6 +57,9 @@ class PromptSharing:
         plain: share plain prompts (``share_plain_prompt``).
         gradient_checkpointing: the cache form cannot run under it.
         num_processes: the cache form cannot run under DDP (two forwards per backward).
+        max_width: the longest prompt + completion (with BiCC's context) the run can reach
+            (:func:`reachable_width`), the length the probe proves the packed form at; None:
+            the first batch's. A longer batch is proven at its own length first.
 
     ``prompts(kind)`` says which prompts the next forwards read (``"plain"`` outside it);
     ``forward`` runs them shared when the run shares that kind and the model allows, and
@@ -70,7 +75,9 @@ class PromptSharing:
         plain: bool,
         gradient_checkpointing: bool,
         num_processes: int,
+        max_width: int | None = None,
     ) -> None:
+        self.max_width = max_width
         self.enabled: dict[str, bool] = {"conditioned": conditioned, "plain": plain}
         self.cache_allowed = not gradient_checkpointing and num_processes == 1
         self.kind: PromptKind = "plain"
@@ -78,16 +85,22 @@ class PromptSharing:
         self._on_logps: Callable[[torch.Tensor], None] | None = None
         self._said: set[str] = set()  # per-row fallbacks already logged
         self._roles: dict[int, str] = {}
-        self._proven: set[int] = set()  # models whose packed form passed its probe
+        self._proven: dict[int, int] = {}  # model -> the width its packed form was proven at
 
     @classmethod
-    def from_config(cls, cfg, num_processes: int) -> PromptSharing:  # noqa: ANN001
+    def from_config(
+        cls,
+        cfg,  # noqa: ANN001
+        num_processes: int,
+        max_width: int | None = None,
+    ) -> PromptSharing:
         """From an :class:`~.config.RLVRConfig`: ``share_prefix`` counts with BiCC on."""
         return cls(
             conditioned=bool(cfg.bicc and cfg.share_prefix),
             plain=cfg.share_plain_prompt,
             gradient_checkpointing=cfg.gradient_checkpointing,
             num_processes=num_processes,
+            max_width=max_width,
         )
 
     @property
@@ -129,16 +142,18 @@ class PromptSharing:
     def _prove(
         self, model: torch.nn.Module, width: int, completion_len: int, autocast: Callable[[], Any]
     ) -> bool:
-        """Once per model, at its first shared forward: the packed form's probe at this
-        batch's length (:func:`~.probe.probe_packed_forward`). A model that fails it runs per
-        row for the rest of the run, the measured difference logged."""
+        """The packed form's probe (:func:`~.probe.probe_packed_forward`) at the run's longest
+        width (``max_width``, or this batch's if longer), at the model's first shared forward
+        and again at a batch longer than any proven. A model that fails it runs per row for
+        the rest of the run, the measured difference logged."""
         key = id(model)
-        if key in self._proven:
+        if width <= self._proven.get(key, -1):
             return True
-        ok, summary = probe_packed_forward(model, width, completion_len, autocast=autocast)
+        target = max(width, self.max_width or 0)
+        ok, summary = probe_packed_forward(model, target, completion_len, autocast=autocast)
         role = self._roles.get(key, "model")
         if ok:
-            self._proven.add(key)
+            self._proven[key] = target
             logger.info("prompt sharing (%s): packed forward proven: %s", role, summary)
             return True
         self._forms[key] = None
@@ -231,3 +246,46 @@ class PromptSharing:
         except PackedPrefixUnsupported as err:  # this batch only (flash varlen's holes)
             return self._per_row(str(err))
         return logps, entropies, None
+
+
+#: Prompts of the train dataset measured for the run's longest width (the first ones: a
+#: longer prompt later is proven when its batch comes, see :meth:`PromptSharing._prove`).
+WIDTH_SAMPLE = 512
+
+
+def reachable_width(
+    cfg,  # noqa: ANN001
+    prompts: list,
+    tokenizer: Any,
+    max_positions: int | None,
+) -> int | None:
+    """The longest prompt + context + completion a run of ``cfg`` can give a forward: the
+    longest of ``prompts`` (text or chat messages, tokenized as TRL does; the first
+    :data:`WIDTH_SAMPLE`), plus BiCC's context budget at that prompt
+    (:func:`~contrastive_rlvr.algorithms.context_budget`) when BiCC is on, plus
+    ``max_completion_length``; capped at ``max_positions``. None without prompts or a
+    tokenizer (the probe then takes the first batch's width, and a longer batch's)."""
+    from ..algorithms import context_budget
+
+    if not prompts or tokenizer is None:
+        return None
+
+    def length(prompt: Any) -> int:
+        if isinstance(prompt, list):  # chat messages
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        return len(ids)
+
+    longest = max(length(p) for p in prompts[:WIDTH_SAMPLE])
+    context = 0
+    if cfg.bicc:
+        context = context_budget(
+            cfg.bicc_context_ratio,
+            longest_prompt=longest,
+            max_completion_length=cfg.max_completion_length,
+            max_seq_len=cfg.bicc_max_seq_len,
+        )
+    width = longest + context + cfg.max_completion_length
+    return min(width, max_positions) if max_positions else width

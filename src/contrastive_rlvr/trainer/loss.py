@@ -187,6 +187,13 @@ class SamplingCorrection:
     off-policy mask of ``sampling_per_token_logps`` (else pi_old) against the loss forward's
     log-probs; the KL term is not weighted.
 
+    Under BiCC the sampler read the plain prompt and the loss the conditioned one. TRL's
+    ratio already compares like with like (``pi_old(o | q)`` against the sampler, both on
+    the plain prompt, at scoring time) and weights the conditioned loss. The mask compares
+    :func:`mask_sampling_logps` instead of the sampling log-probs: the sampler's gap on the
+    plain prompt carried onto the loss's prompt, so the context's own shift is not
+    counted as off-policyness.
+
     Attributes:
         importance_sampling: ``use_vllm`` and ``vllm_importance_sampling_correction``.
         mask_threshold: ``off_policy_mask_threshold`` (None: no mask).
@@ -208,11 +215,16 @@ class SamplingCorrection:
         old: torch.Tensor,
         advantages: torch.Tensor,
         mask: torch.Tensor,
+        *,
+        plain: bool = False,
     ) -> torch.Tensor | None:
-        """(B, T) or (B, 1) weights >= 0 on the policy term, or None (all 1)."""
+        """(B, T) or (B, 1) weights >= 0 on the policy term, or None (all 1). ``plain``: the
+        plain-prompt share of BiCC's mix (its forward reads the prompt the sampler read)."""
         weights = None
         if self.mask_threshold is not None:
-            sampling = inputs.get("sampling_per_token_logps", old)
+            sampling = None if plain else mask_sampling_logps(inputs, logp)
+            if sampling is None:
+                sampling = inputs.get("sampling_per_token_logps", old)
             weights = off_policy_mask(
                 advantages, logp, sampling, mask, threshold=self.mask_threshold
             )
@@ -226,6 +238,20 @@ class SamplingCorrection:
                 )
             weights = ratio if weights is None else weights * ratio
         return weights
+
+
+def mask_sampling_logps(inputs: dict, logp: torch.Tensor) -> torch.Tensor | None:
+    """Under BiCC (the stage wrote ``bicc_mask_sampling_shift``), the log-probs (B, T) the
+    off-policy mask compares a forward on the loss's prompt with: pi_old on that prompt
+    (``bicc_mask_old_per_token_logps``, off policy; else the detached ``logp``, on policy)
+    plus the sampler's gap on the plain prompt (``sampling - pi_old(o | q)``). Then
+    ``sampling' - logp`` is the sampler's gap plus the policy's drift since sampling, each
+    measured on one prompt. None without BiCC's keys (the sampling log-probs stand)."""
+    shift = inputs.get("bicc_mask_sampling_shift")
+    if shift is None:
+        return None
+    old = inputs.get("bicc_mask_old_per_token_logps")
+    return (logp.detach() if old is None else old) + shift
 
 
 def reco_options(
@@ -332,7 +358,7 @@ class PolicyObjective:
             rcc_metrics = self.rcc.metrics(inputs, delta, ctx.group_size)
         if self.correction is not None:
             # TRL's per_token_loss * w equals the surrogate with advantages A * w (w >= 0).
-            weights = self.correction.weights(logp, inputs, old, advantages, mask)
+            weights = self.correction.weights(logp, inputs, old, advantages, mask, plain=plain)
             if weights is not None:
                 advantages = corrected_advantages(advantages, weights, mask, per_row=self.per_row)
         options = self.options(inputs, ctx, prefix + "ref_per_token_logps")
@@ -396,7 +422,7 @@ class ContrastiveObjective:
             cut = self.threshold if baseline is None else baseline
             sign = torch.where(inputs["rewards"] > cut, 1.0, -1.0)  # positives count as A >= 0
             token_weights = self.correction.weights(
-                logp, inputs, old_logps(logp, inputs, key), sign, mask
+                logp, inputs, old_logps(logp, inputs, key), sign, mask, plain=plain
             )
             if token_weights is not None:
                 weights = row_weights(token_weights, mask)
@@ -535,17 +561,23 @@ class TRLLoss:
             ids, mask = self.logps.keys
             inputs.update(prompt_ids=inputs[ids], prompt_mask=inputs[mask])
         metrics: Metrics = {}
-        on_logps = None
-        if self.rcc is not None and RCC_REFERENCE_KEY in inputs:
+        rcc = self.rcc is not None and RCC_REFERENCE_KEY in inputs
+        # BiCC with the off-policy mask: TRL's mask reads ``sampling_per_token_logps``, put
+        # on the loss's prompt here (:func:`mask_sampling_logps`) once the forward is known.
+        mask = "bicc_mask_sampling_shift" in inputs
 
-            def on_logps(logp: torch.Tensor) -> None:
+        def on_logps(logp: torch.Tensor) -> None:
+            if mask:
+                inputs["sampling_per_token_logps"] = mask_sampling_logps(inputs, logp)
+            if rcc:
                 delta = self.rcc.delta(logp, inputs, None)
                 inputs["advantages"] = rcc_advantages_of(
                     self.recipe, self.rcc, inputs, delta, ctx, self.eps
                 )
                 metrics.update(self.rcc.metrics(inputs, delta, ctx.group_size))
 
-        loss = ctx.trl_loss(model, inputs, conditioned=self.conditioned, on_logps=on_logps)
+        hook = on_logps if rcc or mask else None
+        loss = ctx.trl_loss(model, inputs, conditioned=self.conditioned, on_logps=hook)
         return loss, metrics
 
 

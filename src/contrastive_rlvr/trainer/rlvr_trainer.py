@@ -36,7 +36,7 @@ from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
 from ..metrics import logged_name
-from ..shared_forward.sharing import PromptSharing
+from ..shared_forward.sharing import WIDTH_SAMPLE, PromptSharing, reachable_width
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
@@ -87,7 +87,9 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
             self.ref_model = frozen_copy(self)
-        self.prompt_sharing = PromptSharing.from_config(config, self.accelerator.num_processes)
+        self.prompt_sharing = PromptSharing.from_config(
+            config, self.accelerator.num_processes, self._reachable_width(config)
+        )
         self.prompt_sharing.prepare(self.model, "policy")
         self.prompt_sharing.prepare(self.ref_model, "reference")
         facts = RunFacts(
@@ -104,6 +106,18 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
+
+    def _reachable_width(self, config: RLVRConfig) -> int | None:
+        """The longest forward the run can reach, for the shared forward's probe (only
+        measured when the run shares prompts)."""
+        if not (config.bicc and config.share_prefix) and not config.share_plain_prompt:
+            return None
+        columns = getattr(self.train_dataset, "column_names", None) or ()
+        if "prompt" not in columns or not hasattr(self.train_dataset, "select"):
+            return None  # an iterable dataset: the probe follows the batches' widths
+        sample = self.train_dataset.select(range(min(WIDTH_SAMPLE, len(self.train_dataset))))
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        return reachable_width(config, list(sample["prompt"]), self._tokenizer, positions)
 
     # ------------------------------------------------------------------ shared plumbing
 

@@ -18,7 +18,8 @@ gspo       grpo         sequence                     3e-4, 4e-4          group
 TRL's ``loss_type`` aggregations equal the project's ``loss_agg`` modes (grpo:
 seq-mean-token-mean, dapo: token-mean over the window, dr_grpo: token sums over
 ``max_completion_length``), and sequence-level importance sampling with ``loss_type='grpo'``
-is GSPO's Eq. 5-7. GMPO (TRL has no geometric-mean loss), ConSPO, ReCo, OC-GRPO,
+is GSPO's Eq. 5-7. GMPO (``GRPOTrainer`` has none; TRL's experimental ``GMPOTrainer`` gives
+the same loss, docs/trl-parity.md, but applies no sampler correction), ConSPO, ReCo, OC-GRPO,
 GSPO-token (VeriGate + GSPO), RCC's sampling reference (advantages at loss time) and BiCC
 with ``bicc_mix < 1`` (two prompts per row) run the project's loss instead
 (:mod:`.loss`), which honours ``tool_mask``, the MoE router loss, vLLM's importance-sampling

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 
+import torch
 from trl.data_utils import is_conversational
 
 from ...algorithms.bicc_rows import BiCCRowBuilder
@@ -58,6 +59,8 @@ class ConditionedPrompts:
             are kept only where TRL computed them (off policy); absent means on policy.
         reference_kl: ``bicc_kl_reference='conditioned'`` with beta > 0: the KL term's
             reference on the conditioned prompt, pi_ref(o | [q; O_opp]).
+        off_policy_mask: ``off_policy_mask_threshold`` is set: write what the mask needs to
+            compare like with like (:meth:`_set_mask_logps`).
     """
 
     name = "conditioned_prompts"
@@ -69,6 +72,8 @@ class ConditionedPrompts:
         "data.ref_per_token_logps",
         "data.plain_old_per_token_logps",
         "data.plain_ref_per_token_logps",
+        "data.bicc_mask_sampling_shift",
+        "data.bicc_mask_old_per_token_logps",
     )
 
     def __init__(
@@ -88,8 +93,10 @@ class ConditionedPrompts:
         render_chat: RenderChat | None = None,
         framing: str = "outside",
         pairing: str = "partition",
+        off_policy_mask: bool = False,
     ) -> None:
         self.ratio_mode = ratio_mode
+        self.off_policy_mask = off_policy_mask
         # The one definition of a conditioned row, shared with the verl trainer.
         self.rows = BiCCRowBuilder(
             template=template,
@@ -208,10 +215,12 @@ class ConditionedPrompts:
             out["completion_ids"],
             out["completion_mask"],
         )
+        plain_old = out.get("old_per_token_logps")  # TRL's pi_old(o | q); None on policy
         if self.keep_plain:
             for key in ("old_per_token_logps", "ref_per_token_logps"):
                 if out.get(key) is not None:
                     out[f"plain_{key}"] = out[key]
+        conditioned_old = None
         if self.ratio_mode == "paper":
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | q)
             out["old_per_token_logps"] = batch.shared["old_logps"]
@@ -219,9 +228,56 @@ class ConditionedPrompts:
             # rho = pi_theta(o | q) / pi_old(o | [q; O_opp]): the policy reads the plain
             # prompt (the loss's forward), the conditioned log-probs are pi_old only.
             out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
-        elif out.get("old_per_token_logps") is not None:
+        elif plain_old is not None:
             # rho = pi_theta(o | [q; O_opp]) / pi_old(o | [q; O_opp]); on-policy TRL leaves
             # old unset and the loss uses the detached current log-probs: the same thing.
-            out["old_per_token_logps"] = ctx.policy_logps(*conditioned, share_prefix=True)
+            conditioned_old = ctx.policy_logps(*conditioned, share_prefix=True)
+            out["old_per_token_logps"] = conditioned_old
         if self.reference_kl:  # bicc_kl_reference='conditioned' with beta > 0
             out["ref_per_token_logps"] = ctx.reference_logps(*conditioned, share_prefix=True)
+        if self.off_policy_mask:
+            self._set_mask_logps(batch, ctx, plain_old, conditioned_old)
+
+    def _set_mask_logps(self, batch: Batch, ctx: StageContext, plain_old, conditioned_old) -> None:  # noqa: ANN001
+        """What the off-policy mask compares under BiCC, like with like (docs/bicc.md).
+
+        The mask (TRL's, DeepSeek-V3.2's) drops a negative row whose mean ``sampling -
+        sg(log pi_theta)`` passes the threshold. The sampler read the plain prompt; the
+        loss forward reads the conditioned one, so that difference would count the
+        context's own shift as off-policyness. Split into two parts, each on one prompt:
+
+        - ``bicc_mask_sampling_shift`` (B, T): the sampler's gap on the plain prompt,
+          ``sampling - pi_old(o | q)`` (0 without sampling log-probs; NaN tokens 0);
+        - ``bicc_mask_old_per_token_logps`` (B, T), off policy only: pi_old on the prompt
+          the loss reads (conditioned, or plain in ``conditioned_old`` mode), so that the
+          loss's drift since sampling is ``pi_old - pi_theta`` on one prompt. On policy
+          the loss's detached log-probs are pi_old there.
+
+        The loss then masks with ``sampling' = (pi_old on its prompt) + shift`` in place
+        of the sampling log-probs."""
+        out = batch.data
+        mask = out["completion_mask"]
+        sampling = out.get("sampling_per_token_logps")
+        if sampling is None:
+            shift = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+        else:
+            reference = plain_old
+            if reference is None:  # on policy: pi_old(o | q) is the policy now
+                plain = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask)
+                reference = ctx.policy_logps(*plain)
+            shift = torch.nan_to_num(sampling - reference, nan=0.0) * mask
+        out["bicc_mask_sampling_shift"] = shift
+        if plain_old is None:
+            return
+        if self.ratio_mode == "conditioned_old":
+            out["bicc_mask_old_per_token_logps"] = plain_old
+            return
+        if conditioned_old is None:  # paper mode: its ratio's pi_old is the plain one
+            conditioned = (
+                out["bicc_prompt_ids"],
+                out["bicc_prompt_mask"],
+                out["completion_ids"],
+                mask,
+            )
+            conditioned_old = ctx.policy_logps(*conditioned, share_prefix=True)
+        out["bicc_mask_old_per_token_logps"] = conditioned_old

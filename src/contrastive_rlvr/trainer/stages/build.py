@@ -228,6 +228,7 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: A
         and cfg.bicc_ratio_mode != "conditioned_old",
         framing=cfg.bicc_framing_budget,
         pairing=cfg.bicc_pairing,
+        off_policy_mask=cfg.off_policy_mask_threshold is not None,
         render_chat=facts.render_chat
         or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
     )
