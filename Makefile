@@ -13,7 +13,7 @@ VERL_STAMP := $(VERL_VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test demo lint setup trl-parity
+.PHONY: test test-verl-real demo lint setup trl-parity
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,13 @@ setup: $(STAMP)
 test: $(STAMP) $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
 	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/test_verl_*.py
+
+# The shipped verl recipes through verl's own `main_ppo`, Ray and FSDP2 workers on CPU
+# (tests/test_verl_real_workers.py, tests/verl_cpu.py): 5 runs of about 2 minutes and
+# 5 GB each, so not part of `make test`; CI runs it after `make test`.
+test-verl-real: $(VERL_STAMP)
+	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m verl_real -p no:cacheprovider \
+		tests/test_verl_real_workers.py
 
 demo: $(STAMP)
 	$(VENV)/bin/contrastive-rlvr train

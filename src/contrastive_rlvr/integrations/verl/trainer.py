@@ -53,7 +53,7 @@ from verl.utils.seqlen_balancing import (
 )
 from verl.workers.utils.padding import response_to_nested
 
-from ...algorithms import collapse_rate, context_budget
+from ...algorithms import collapse_rate, conspo_margin, context_budget, sequence_delta
 from ...algorithms.bicc_rows import (
     BiCCRowBuilder,
     chat_renderer,
@@ -62,7 +62,7 @@ from ...algorithms.bicc_rows import (
     template_encoder,
     text_decoder,
 )
-from .advantages import ESTIMATORS, EstimatorSpec
+from .advantages import ESTIMATORS, EstimatorSpec, rcc_baselines
 from .config import CrlvrPolicyLossConfig
 from .groups import BiCCRows, bicc_rows, check_conspo_layout, group_rows, whole_group_order
 from .losses import CONSPO_LOSS, PREFIX
@@ -319,6 +319,7 @@ class CrlvrTrainer(PPOTrainerSync):
         )
         rewards = padded["rm_scores"].sum(-1)
         metrics["crlvr/collapse_rate"] = _collapse_rate(rewards, index)
+        metrics.update(self._estimator_metrics(spec, padded, rewards, index))
         out = TensorDict(
             {
                 "advantages": response_to_nested(adv, nested_mask),
@@ -326,8 +327,9 @@ class CrlvrTrainer(PPOTrainerSync):
             },
             batch_size=len(batch),
         )
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
-        return batch
+        # verl's workers read only the fields the returned meta lists: return the meta of
+        # this write (it lists advantages and returns), never the one given.
+        return _put(batch, fields=out)
 
     def _estimator_kwargs(self, spec: EstimatorSpec, padded: TensorDict) -> dict[str, Any]:
         """The extra inputs of a ``crlvr_*`` estimator, from the batch and our config."""
@@ -351,6 +353,43 @@ class CrlvrTrainer(PPOTrainerSync):
         else:
             kwargs["eps"] = opts.adv_eps
         return kwargs
+
+    def _estimator_metrics(
+        self, spec: EstimatorSpec, padded: TensorDict, rewards: torch.Tensor, index: list[str]
+    ) -> dict[str, float]:
+        """What the estimator added to plain GRPO, logged each step: RCC's baseline shift
+        ``b* - mean_g R`` (mean and largest magnitude over rows of groups of two or more)
+        and ConSPO's margin ``m_t`` at this step's progress.
+
+        Args:
+            padded: the batch's padded fields (``old_log_probs``, ``ref_log_prob``,
+                ``response_mask``: (B, T)). rewards: (B,). index: B group ids.
+        """
+        opts, out = self.crlvr, {}
+        if spec.needs_ref:
+            delta = sequence_delta(
+                padded["old_log_probs"],
+                padded["ref_log_prob"],
+                padded["response_mask"].to(padded["old_log_probs"].dtype),
+                reduce=opts.rcc_delta,
+            )
+            baseline = rcc_baselines(
+                rewards.float(), delta.float(), index, coef=opts.rcc_coef, bound=opts.rcc_bound
+            )
+            rows = [r for r in group_rows(index) if len(r) > 1]
+            shift = torch.cat(
+                [baseline[r] - rewards[r].float().mean() for r in rows] or [torch.zeros(1)]
+            )
+            out["crlvr/rcc/baseline_shift_mean"] = shift.mean().item()
+            out["crlvr/rcc/baseline_shift_max_abs"] = shift.abs().max().item()
+            out["crlvr/rcc/delta_mean"] = delta.float().mean().item()
+        if spec.contrastive:
+            out["crlvr/conspo/margin"] = float(
+                conspo_margin(
+                    self._progress(), max_margin=opts.max_margin, warmup=opts.margin_warmup
+                )
+            )
+        return out
 
     def _progress(self) -> float:
         """Training progress in [0, 1]: steps done / total steps (verl counts from 1)."""
@@ -430,22 +469,26 @@ class CrlvrTrainer(PPOTrainerSync):
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         if not self.crlvr.bicc:
             return super()._update_actor(batch, metrics)
-        plain = self._condition_on_opposite(batch, metrics)
+        conditioned, plain = self._condition_on_opposite(batch, metrics)
         try:
             if recomputes_old_log_probs(self.config, self.crlvr):
                 # The recomputation's own entropy metric would describe the conditioned
                 # prompts; the step keeps the one of the plain rollout.
-                self._compute_old_log_prob(batch, metrics={})
+                conditioned = self._compute_old_log_prob(conditioned, metrics={})
             if conditioned_reference(self.config, self.crlvr):
                 # The KL term compares with the reference on the same prompt (TRL:
                 # bicc_kl_reference='conditioned' with beta > 0, every ratio mode).
-                self._compute_ref_log_prob(batch, metrics={})
-            return super()._update_actor(batch, metrics)
+                conditioned = self._compute_ref_log_prob(conditioned, metrics={})
+            super()._update_actor(conditioned, metrics)
         finally:
-            self._restore(batch, plain)
+            restored = self._restore(batch, plain)
+        return restored
 
-    def _condition_on_opposite(self, batch: KVBatchMeta, metrics: dict) -> dict[str, Any]:
-        """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the plain rows."""
+    def _condition_on_opposite(
+        self, batch: KVBatchMeta, metrics: dict
+    ) -> tuple[KVBatchMeta, dict[str, Any]]:
+        """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the meta of
+        that write and the plain rows."""
         fields = ["prompts", "input_ids", "position_ids"]
         if recomputes_old_log_probs(self.config, self.crlvr):
             fields += ["old_log_probs", "entropy"]
@@ -460,10 +503,10 @@ class CrlvrTrainer(PPOTrainerSync):
         rows = self._bicc_rows(batch)
         self._check_row_lengths(rows, responses)
         plain = {"fields": data.select(*fields), "tags": [dict(tag) for tag in batch.tags]}
-        self._put_rows(batch, rows.prompts, responses)
+        conditioned = self._put_rows(batch, rows.prompts, responses)
         metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
         metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()
-        return plain
+        return conditioned, plain
 
     def _check_row_lengths(self, rows: BiCCRows, responses: list[torch.Tensor]) -> None:
         """A conditioned row longer than a dynamic batch's token limit fails here, naming
@@ -478,8 +521,11 @@ class CrlvrTrainer(PPOTrainerSync):
                     "it or lower policy_loss.bicc_context_ratio / bicc_max_seq_len"
                 )
 
-    def _put_rows(self, batch: KVBatchMeta, prompts: list[torch.Tensor], responses: list) -> None:
-        """Write prompts, input ids, position ids and length tags of every row."""
+    def _put_rows(
+        self, batch: KVBatchMeta, prompts: list[torch.Tensor], responses: list
+    ) -> KVBatchMeta:
+        """Write prompts, input ids, position ids and length tags of every row; return the
+        meta of the write."""
         input_ids = [torch.cat([p, r]) for p, r in zip(prompts, responses, strict=True)]
         fields = TensorDict(
             {
@@ -491,20 +537,14 @@ class CrlvrTrainer(PPOTrainerSync):
         )
         for tag, p, x in zip(batch.tags, prompts, input_ids, strict=True):
             tag.update(prompt_len=len(p), seq_len=len(x))
-        tq.kv_batch_put(
-            keys=batch.keys, partition_id=batch.partition_id, fields=fields, tags=batch.tags
-        )
+        return _put(batch, fields=fields, tags=batch.tags)
 
-    def _restore(self, batch: KVBatchMeta, plain: dict[str, Any]) -> None:
+    def _restore(self, batch: KVBatchMeta, plain: dict[str, Any]) -> KVBatchMeta:
+        """Put the plain rows and tags back; return the meta of that write."""
         for tag, saved in zip(batch.tags, plain["tags"], strict=True):
             tag.clear()
             tag.update(saved)
-        tq.kv_batch_put(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            fields=plain["fields"],
-            tags=batch.tags,
-        )
+        return _put(batch, fields=plain["fields"], tags=batch.tags)
 
     # ------------------------------------------------------------------ ConSPO groups
 
@@ -575,6 +615,21 @@ class CrlvrTrainer(PPOTrainerSync):
         if "actor" not in worker_group._dispatch_info:
             worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
         return max(worker_group._dispatch_info["actor"]) + 1
+
+
+def _put(batch: KVBatchMeta, fields: TensorDict, tags: list[dict] | None = None) -> KVBatchMeta:
+    """Write ``fields`` (and ``tags``) for ``batch``'s rows; return TransferQueue's meta of
+    the write, which lists every field stored for them, the written ones included.
+
+    verl's workers fetch only the fields a meta lists, so a hook hands on this meta, not
+    the one it was given (whose list predates the write). The batch's ``extra_info``
+    (what the driver tells the workers, e.g. the sampling temperature) is carried over.
+    """
+    meta = tq.kv_batch_put(
+        keys=batch.keys, partition_id=batch.partition_id, fields=fields, tags=tags
+    )
+    meta.extra_info = {**(batch.extra_info or {}), **(meta.extra_info or {})}
+    return meta
 
 
 def _nested(rows: list[torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,256 @@
+"""The shipped verl recipes on verl's own workers: ``python -m verl.trainer.main_ppo``.
+
+Each recipe of ``recipes/verl/`` runs as a user runs it, through verl 0.9.1's own
+entry point, Ray, its sync trainer, FSDP2 actor and reference over gloo, a rollout
+server with weight sync after every update, validation and checkpoints, with only
+sizes, devices and the rollout backend overridden (:data:`SIZES`, :func:`devices`),
+on the embedded tiny Llama and arithmetic task built here (no download), whose
+reward (:mod:`verl_task_reward`) replaces the recipe's math-verify one (its answers
+are chains, not boxed numbers). What makes verl run on a CPU is test-side, in
+:mod:`verl_cpu`, loaded in every process through verl's ``VERL_USE_EXTERNAL_MODULES``
+hook.
+
+Per recipe: 3 steps, then 1 more after a resume from the checkpoint of step 3;
+once on 2 ranks. Checked: exit 0; every step logged; finite gradient norms;
+BiCC's context tokens (BiCC recipe); RCC's baseline shift; ConSPO's margin at each
+step's progress; that the weights reach the rollout (the rollout server starts
+from random weights, ``load_format=dummy``, and its log-probs of the sampled tokens
+match the actor's on the same tokens, verl's ``training/rollout_*probs*`` metrics).
+
+Slow (about 2 minutes and 5 GB a run): marked ``verl_real``, kept out of
+``make test``; ``make test-verl-real`` runs it. Needs verl (.venv-verl).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+
+pytestmark = [pytest.mark.verl_real, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes" / "verl"
+TESTS = Path(__file__).resolve().parent
+RUN_TIMEOUT_S = 900
+
+GROUP = 4  # rollout.n
+PROMPTS = 4  # data.train_batch_size
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory) -> dict[str, Path]:
+    """The tiny Llama (SFT warm start: right on about half the problems, so groups hold
+    both outcomes), its tokenizer with a chat template, and the task as verl parquet."""
+    import pandas as pd
+
+    from contrastive_rlvr.embedded import build_embedded_default
+
+    root = tmp_path_factory.mktemp("verl_task")
+    model_dir = root / "model"
+    _, tokenizer, train, heldout = build_embedded_default(model_dir, seed=0, sft_steps=300)
+    # verl renders chat prompts with the tokenizer's template: the prompt text after <bos>,
+    # as the model was warm-started on
+    tokenizer.chat_template = (
+        "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    )
+    tokenizer.save_pretrained(model_dir)
+
+    def parquet(ds, name: str, n: int) -> Path:
+        rows = [
+            {
+                "data_source": "arithmetic",
+                "prompt": [{"role": "user", "content": ex["prompt"]}],
+                "reward_model": {"style": "rule", "ground_truth": ex["answer"]},
+                "extra_info": {"index": i},
+            }
+            for i, ex in enumerate(ds.select(range(n)))
+        ]
+        path = root / f"{name}.parquet"
+        pd.DataFrame(rows).to_parquet(path)
+        return path
+
+    return {
+        "model": model_dir,
+        "train": parquet(train, "train", 64),
+        "val": parquet(heldout, "val", 8),
+        "root": root,
+    }
+
+
+# Sizes only: the model, data, batch and sequence sizes, step counts, worker counts
+# (verl starts 8 agent-loop, 8 reward and 8 storage processes by default), checkpoint
+# and log places, and the task's reward. The algorithm settings are the recipe's.
+def sizes(task: dict[str, Path], out: Path, steps: int) -> list[str]:
+    return [
+        f"data.train_files={task['train']}",
+        f"data.val_files={task['val']}",
+        f"data.train_batch_size={PROMPTS}",
+        "data.max_prompt_length=16",
+        "data.max_response_length=24",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={task['model']}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={GROUP}",
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=3",
+        "trainer.test_freq=3",
+        f"trainer.default_local_dir={out / 'checkpoints'}",
+        "trainer.logger=[console,file]",
+        f"reward.custom_reward_function.path={TESTS / 'verl_task_reward.py'}",
+        "reward.custom_reward_function.name=compute_score",
+    ]
+
+
+# Devices and the rollout backend: one node of `ranks` logical GPUs on the CPU, the
+# transformers rollout (random weights until the actor's first sync), its log-probs
+# returned so they can be compared with the actor's.
+def devices(ranks: int) -> list[str]:
+    return [
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={ranks}",
+        "trainer.device=cpu",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.load_format=dummy",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        # no flash-attn on a CPU: torch's attention, and so the padded forward (verl's
+        # padding-free one packs rows for flash-attn's variable-length kernel)
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+ray_kwargs.ray_init.num_gpus=" + str(ranks),
+        "ray_kwargs.ray_init.num_cpus=8",
+    ]
+
+
+def main_ppo(recipe: str, overrides: list[str], out: Path, log_name: str):
+    """Run verl's entry point as a user would; return (exit code, metrics by step, log text)."""
+    metrics_path = out / f"{log_name}.jsonl"
+    log_path = out / f"{log_name}.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(TESTS)]),
+        "VERL_USE_EXTERNAL_MODULES": "verl_cpu",
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",
+        "VERL_FILE_LOGGER_PATH": str(metrics_path),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "RAY_DEDUP_LOGS": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(RECIPES),
+        "--config-name",
+        recipe,
+        *overrides,
+    ]
+    with open(log_path, "w") as log:
+        # its own session, so that Ray's processes go with it whatever happens
+        proc = subprocess.Popen(
+            cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = -1
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    steps: dict[int, dict] = {}
+    if metrics_path.exists():
+        for line in metrics_path.read_text().splitlines():
+            record = json.loads(line)
+            steps.setdefault(int(record["step"]), {}).update(record["data"])
+    return code, steps, log_path.read_text()
+
+
+def tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def check_training_steps(steps: dict[int, dict], expected: list[int], log: str) -> None:
+    missing = [s for s in expected if s not in steps or "actor/pg_loss" not in steps[s]]
+    assert not missing, f"steps {missing} not logged\n{tail(log)}"
+    for s in expected:
+        grad = steps[s]["actor/grad_norm"]
+        assert math.isfinite(grad), f"step {s}: grad norm {grad}"
+        # the rollout's probabilities of its own samples are the actor's on the same tokens
+        # (verl's debug metrics over every response token): the rollout server began with
+        # random weights, under which they would be uncorrelated; only the sync can do
+        # that. Not exact: the actor runs in the recipe's bf16, the rollout in float32.
+        corr = steps[s]["training/rollout_actor_probs_pearson_corr"]
+        diff = steps[s]["training/rollout_probs_diff_mean"]
+        assert corr > 0.999 and diff < 0.01, f"step {s}: rollout vs actor corr {corr}, {diff}"
+
+
+def run_recipe(recipe: str, task, tmp_path: Path, ranks: int = 1, resume: bool = True):
+    out = tmp_path / recipe
+    out.mkdir()
+    code, steps, log = main_ppo(recipe, sizes(task, out, 3) + devices(ranks), out, "first")
+    assert code == 0, f"{recipe}: exit {code}\n{tail(log)}"
+    check_training_steps(steps, [1, 2, 3], log)
+    assert (out / "checkpoints" / "global_step_3").is_dir()
+    after = {}
+    if resume:
+        code, after, log2 = main_ppo(
+            recipe,
+            [*sizes(task, out, 4), *devices(ranks), "trainer.resume_mode=auto"],
+            out,
+            "resumed",
+        )
+        assert code == 0, f"{recipe} resumed: exit {code}\n{tail(log2)}"
+        # the resumed run starts at step 4 and trains only it
+        assert sorted(s for s in after if "actor/pg_loss" in after[s]) == [4], tail(log2)
+        check_training_steps(after, [4], log2)
+    return steps, after
+
+
+def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
+    steps, after = run_recipe("grpo_bicc_rcc", task, tmp_path)
+    every = {**steps, **after}
+    for s in (1, 2, 3, 4):
+        m = every[s]
+        # BiCC: rows of groups with both outcomes read the opposite attempts
+        assert m["bicc/context_tokens"] > 0, f"step {s}: no context tokens"
+        assert 0 < m["bicc/conditioned_frac"] <= 1
+        # RCC: the baseline moved off the group mean where delta varies
+        assert math.isfinite(m["crlvr/rcc/baseline_shift_mean"])
+    assert any(every[s]["crlvr/rcc/baseline_shift_max_abs"] > 0 for s in every)
+
+
+def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
+    steps, after = run_recipe("conspo_rcc", task, tmp_path)
+    every = {**steps, **after}
+    # margin m_t = (0.01 / 2)(1 - cos(pi * min(progress / 0.3, 1))), progress = (t - 1) / T
+    for s, total in ((1, 3), (2, 3), (3, 3), (4, 4)):
+        progress = min((s - 1) / total / 0.3, 1.0)
+        expected = 0.005 * (1 - math.cos(math.pi * progress))
+        assert every[s]["crlvr/conspo/margin"] == pytest.approx(expected, abs=1e-9)
+    assert any(every[s]["crlvr/rcc/baseline_shift_max_abs"] > 0 for s in every)
+
+
+def test_grpo_bicc_rcc_recipe_on_two_ranks(task, tmp_path):
+    steps, _ = run_recipe("grpo_bicc_rcc", task, tmp_path, ranks=2, resume=False)
+    assert all(steps[s]["bicc/context_tokens"] > 0 for s in (1, 2, 3))
