@@ -203,7 +203,9 @@ def _unsafe_files(ckpt: Path) -> list[tuple[str, list[str]]]:
     out), read from the pickle's opcodes: nothing is loaded."""
     from torch.serialization import get_unsafe_globals_in_checkpoint
 
-    found = []
+    found: list[tuple[str, list[str]]] = []
+    if not ckpt.is_dir():
+        return found
     for path in sorted(ckpt.iterdir()):
         if path.suffix not in (".pt", ".pth", ".bin") or not path.is_file():
             continue

@@ -121,7 +121,7 @@ class CrlvrPolicyLossConfig(PolicyLossConfig):
 
     def __post_init__(self) -> None:
         where = "actor_rollout_ref.actor.policy_loss"
-        self.bicc_template()  # the framing text's {index} field, checked before any step
+        _ = self.bicc_template  # the framing text's {index} field, checked before any step
         if self.tau <= 0:
             raise ValueError(f"{where}.tau must be > 0, got {self.tau}")
         if self.max_margin < 0:
