@@ -86,9 +86,14 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 
     if _STATE["debug"]:
         traceback.print_exception(err, file=sys.stderr)
-    message = " ".join(str(err).split("\n")).strip() or type(err).__name__
     hint = "" if isinstance(err, UserError) or _STATE["debug"] else DEBUG_HINT
-    typer.echo(f"error: {message}{hint}", err=True)
+    # A user error may name several problems, one per line (each missing package): one
+    # error line each; any other error is one line.
+    text = str(err)
+    lines = text.split("\n") if isinstance(err, UserError) else [" ".join(text.split("\n"))]
+    for line in lines:
+        message = line.strip() or type(err).__name__
+        typer.echo(f"error: {message}{hint}", err=True)
     raise typer.Exit(code) from err
 
 
@@ -102,6 +107,7 @@ def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
         RewardExitError,
     )
 
+    on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
         return fn(*args, **kwargs)
     except USER_ERRORS as err:
@@ -109,7 +115,7 @@ def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
     except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
         _fail(err, 1)
     except KeyboardInterrupt as err:
-        typer.echo("interrupted", err=True)
+        typer.echo(on_interrupt() if on_interrupt else "interrupted", err=True)
         raise typer.Exit(130) from err
     except Exception as err:
         full = _disk_full(err)
@@ -197,7 +203,14 @@ def train(
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
     if main:
         typer.echo(f"base configuration: {cfg.base_config}")
-    summary = _run(run_training, cfg)
+    from .trainer.interrupts import interrupted_note
+
+    overrides = _take_debug(list(ctx.args))
+    summary = _run(
+        run_training,
+        cfg,
+        _on_interrupt=lambda: interrupted_note(cfg.output_dir, config, overrides),
+    )
     if not main:
         return
     typer.echo(
@@ -206,6 +219,9 @@ def train(
         f"({summary['wall_seconds']:.0f} s)"
     )
     typer.echo(json.dumps(summary))
+    from .trainer.disk import disk_summary
+
+    typer.echo(disk_summary(cfg.output_dir))
 
 
 @app.command(

@@ -51,8 +51,17 @@ def check_model_path(model: str) -> None:
     ``/``, ends with ``.gguf``) and does not exist is reported as a missing path, not
     passed to the Hub client, whose message would be about an invalid repository id.
     """
-    from ..models import ALIASES, gguf_path
+    from ..models import (
+        ALIASES,
+        TINY_ALIAS,
+        adapter_base,
+        alias_standing_in,
+        gguf_path,
+        is_adapter_folder,
+    )
 
+    if model == TINY_ALIAS:
+        return
     if model in ALIASES:
         try:
             gguf_path(model)
@@ -60,11 +69,29 @@ def check_model_path(model: str) -> None:
             raise UserError(f"model={model!r}: {err}") from err
         return
     path = Path(model).expanduser()
+    if is_adapter_folder(path):
+        # A folder train --use_peft saved: its base model (named in the adapter's config)
+        # must be loadable here, and peft installed.
+        try:
+            base = adapter_base(path)
+        except ValueError as err:
+            raise UserError(f"model={model!r}: {err}") from err
+        if not _installed("peft"):
+            raise UserError(
+                f"model={model!r} is a PEFT adapter folder, which needs peft to load: pip "
+                "install peft, or give a full (merged) model folder"
+            )
+        try:
+            check_model_path(base)
+        except UserError as err:
+            raise UserError(f"model={model!r} is an adapter on {base!r}, which: {err}") from err
+        return
     if path.exists():
         if path.is_dir() and not (path / "config.json").is_file():
             raise UserError(
-                f"model={model!r}: the directory has no config.json, so it is not a saved "
-                "Hugging Face model; point model at the folder save_pretrained wrote"
+                f"model={model!r}: the directory has no config.json (nor a PEFT "
+                "adapter_config.json), so it is not a saved Hugging Face model; point model "
+                "at the folder save_pretrained wrote"
             )
         if path.is_file() and path.suffix != ".gguf":
             raise UserError(
@@ -80,7 +107,7 @@ def check_model_path(model: str) -> None:
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(model, "config.json")
-        if not isinstance(cached, str):
+        if not isinstance(cached, str) and alias_standing_in(model) is None:
             raise UserError(
                 f"model={model!r} is not a local path and not in the Hugging Face cache, and "
                 "HF_HUB_OFFLINE is set so it cannot be downloaded; give a local model directory "
@@ -166,6 +193,62 @@ def check_quantization(config: Any) -> None:
         )
 
 
+#: Options that need a package this project does not install, as ``(field, the value that
+#: needs it, import name, pip name, what to set instead)``; checked at start, before any
+#: model loads, since each package is otherwise imported only inside TRL or transformers
+#: after the model loaded (vLLM's ImportError came as a traceback after the load).
+OPTIONAL_PACKAGES: tuple[tuple[str, Any, str, str, str], ...] = (
+    ("use_vllm", True, "vllm", "vllm", "use_vllm=false (generation with transformers)"),
+    ("use_peft", True, "peft", "peft", "use_peft=false (full fine-tuning)"),
+    ("use_liger_kernel", True, "liger_kernel", "liger-kernel", "use_liger_kernel=false"),
+    ("attn_implementation", "flash_attention_2", "flash_attn", "flash-attn",
+     "attn_implementation=sdpa"),
+    ("attn_implementation", "flash_attention_3", "flash_attn_interface", "flash-attn-3",
+     "attn_implementation=sdpa"),
+)  # fmt: skip
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install counts as missing
+        return False
+
+
+def missing_packages(config: Any) -> list[str]:
+    """One sentence per option ``config`` sets whose package is not installed (the
+    options of :data:`OPTIONAL_PACKAGES`, a DeepSpeed config; a PEFT adapter folder as
+    the model is :func:`check_model_path`'s); empty when every one is there."""
+    problems = []
+    for name, value, module, pip, instead in OPTIONAL_PACKAGES:
+        if getattr(config, name, None) == value and not _installed(module):
+            problems.append(
+                f"{name}={json_text(value)} needs {pip}, which is not installed: pip install "
+                f"{pip}, or set {instead}"
+            )
+    if getattr(config, "deepspeed", None) and not _installed("deepspeed"):
+        problems.append(
+            f"deepspeed={config.deepspeed!r} needs deepspeed, which is not installed: pip "
+            "install deepspeed, or drop --deepspeed"
+        )
+    return problems
+
+
+def json_text(value: Any) -> str:
+    """A value as written on the command line (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_optional_packages(config: Any) -> None:
+    """Every optional package an option of ``config`` needs is installed; else one
+    :class:`UserError` with one sentence per missing package."""
+    problems = missing_packages(config)
+    if problems:
+        raise UserError("\n".join(problems))
+
+
 def check_output_dir(path: str | os.PathLike[str]) -> None:
     """The output directory is named, and can be created and written to."""
     if not str(path).strip():
@@ -213,6 +296,7 @@ def preflight(config: Any) -> PreflightResult:
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)
+    check_optional_packages(config)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
