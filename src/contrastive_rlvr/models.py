@@ -55,7 +55,7 @@ class GGUFAlias:
     distribution: str
     filename: str
     install: str
-    upstream: str
+    upstream: str = ""  # empty: none known, records keep the alias's name
 
 
 ALIASES: dict[str, GGUFAlias] = {
@@ -217,7 +217,7 @@ def alias_standing_in(name: str) -> str | None:
     and loads offline from the same GGUF build. None otherwise (online, or cached, the
     upstream model itself is loaded)."""
     for alias, spec in ALIASES.items():
-        if spec.upstream == name and _offline() and not _hub_cached(name):
+        if spec.upstream and spec.upstream == name and _offline() and not _hub_cached(name):
             try:
                 gguf_path(alias)
             except FileNotFoundError:
@@ -232,7 +232,7 @@ def recorded_model_id(name_or_path: str | os.PathLike[str]) -> str:
     Hugging Face id, which another machine can load; any other name is kept."""
     name = str(name_or_path)
     if name in ALIASES:
-        return ALIASES[name].upstream
+        return ALIASES[name].upstream or name
     marker = Path(name) / _CONVERTED_MARK
     if marker.is_file():
         try:
@@ -240,7 +240,7 @@ def recorded_model_id(name_or_path: str | os.PathLike[str]) -> str:
         except (OSError, ValueError, KeyError, TypeError):
             return name
         for spec in ALIASES.values():
-            if spec.filename == gguf_name:
+            if spec.filename == gguf_name and spec.upstream:
                 return spec.upstream
     return name
 

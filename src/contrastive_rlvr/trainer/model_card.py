@@ -67,11 +67,15 @@ def record_base_model(model: Any) -> None:
         base = peft_config.base_model_name_or_path
         if base:
             peft_config.base_model_name_or_path = recorded_model_id(base)
-    # PEFT's own card edit on save (its YAML base_model and base_model:adapter tag) reads
-    # the base config's name; the model's own name_or_path (vLLM loads by it) stays.
-    config = getattr(model.get_base_model(), "config", None)
+    # PEFT's own card edit on save reads the base config's name (its YAML base_model) and
+    # the base model's name_or_path (its base_model:adapter tag). Called once the trainer
+    # is built: TRL's vLLM engine was started from the local folder's name before.
+    base = model.get_base_model()
+    config = getattr(base, "config", None)
     if config is not None and getattr(config, "_name_or_path", None):
         config._name_or_path = recorded_model_id(config._name_or_path)
+    if getattr(base, "name_or_path", None):
+        base.name_or_path = recorded_model_id(base.name_or_path)
 
 
 def methods_on(config: Any) -> list[str]:

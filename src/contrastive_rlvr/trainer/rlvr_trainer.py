@@ -29,6 +29,7 @@ seed methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from typing import Any
@@ -39,6 +40,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
+from ..models import ALIASES
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
@@ -64,6 +66,15 @@ warnings.filterwarnings(
     r"is_gradient_checkpointing)` is deprecated",
     category=FutureWarning,
 )
+# An adapter on an alias records the alias's upstream id (models.recorded_model_id); offline,
+# PEFT's save looks that id up to see whether the vocabulary was resized and warns that it
+# cannot. The project never resizes an alias's vocabulary, so for those ids it is noise.
+for _alias in ALIASES.values():
+    warnings.filterwarnings(
+        "ignore",
+        message=f"Could not find a config file in {re.escape(_alias.upstream)} ",
+        category=UserWarning,
+    )
 
 
 class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
