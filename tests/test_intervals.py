@@ -1,4 +1,4 @@
-"""Intervals wherever a number is reported: eval's bootstrap intervals over problems with
+"""Intervals wherever a number is reported: eval's intervals over problems with
 their counts, the trainer's summary.json counts, compare's one-seed caveat."""
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ def test_eval_report_has_intervals_and_counts():
     assert (r.problems, r.samples, r.correct) == (3, 12, 5)
     avg = r.intervals["avg_at_n"]
     assert avg["value"] == pytest.approx(1.25 / 3)
-    # resampled means of (0, 0.25, 1) lie in [0, 1]; the interval holds the value
+    # Wilson over 3 problems at p = 1.25 / 3: inside [0, 1], holding the value
     assert 0.0 <= avg["ci_low"] < avg["value"] < avg["ci_high"] <= 1.0
     assert r.intervals["pass_at_k"][2]["value"] == pytest.approx(0.5)
     out = r.to_json()
-    assert out["correct"] == 5 and "bootstrap over problems" in out["intervals"]["method"]
+    assert out["correct"] == 5 and "Wilson score interval" in out["intervals"]["method"]
     assert set(out["intervals"]["pass_at_k"]) == {"1", "2", "4"}
 
 

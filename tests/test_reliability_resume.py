@@ -258,7 +258,9 @@ def test_changed_config_allowed_when_asked(straight, tmp_path):
 def test_fresh_run_into_a_used_directory_is_refused(straight, tmp_path):
     run = tmp_path / "used"
     shutil.copytree(straight, run)
-    result = CliRunner().invoke(app, ["train", "--output_dir", str(run), *ARGS])
+    # another training setting: the same command again would report the finished run
+    other = [*ARGS, "--learning_rate", "2e-3"]
+    result = CliRunner().invoke(app, ["train", "--output_dir", str(run), *other])
     assert result.exit_code == 2, result.output
     assert "already holds a run" in result.output and "overwrite_output_dir" in result.output
     assert (run / "checkpoint-2").exists() and (run / "checkpoint-4").exists()

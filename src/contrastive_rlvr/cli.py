@@ -84,9 +84,14 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 
     if _STATE["debug"]:
         traceback.print_exception(err, file=sys.stderr)
-    message = " ".join(str(err).split("\n")).strip() or type(err).__name__
     hint = "" if isinstance(err, UserError) or _STATE["debug"] else DEBUG_HINT
-    typer.echo(f"error: {message}{hint}", err=True)
+    # A user error may name several problems, one per line (each missing package): one
+    # error line each; any other error is one line.
+    text = str(err)
+    lines = text.split("\n") if isinstance(err, UserError) else [" ".join(text.split("\n"))]
+    for line in lines:
+        message = line.strip() or type(err).__name__
+        typer.echo(f"error: {message}{hint}", err=True)
     raise typer.Exit(code) from err
 
 
@@ -100,6 +105,7 @@ def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
         RewardExitError,
     )
 
+    on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
         return fn(*args, **kwargs)
     except USER_ERRORS as err:
@@ -107,7 +113,7 @@ def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
     except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
         _fail(err, 1)
     except KeyboardInterrupt as err:
-        typer.echo("interrupted", err=True)
+        typer.echo(on_interrupt() if on_interrupt else "interrupted", err=True)
         raise typer.Exit(130) from err
     except Exception as err:
         full = _disk_full(err)
@@ -198,7 +204,14 @@ def train(
 
         typer.echo(f"base configuration: {cfg.base_config}")
         typer.echo(f"settings: {settings_line(cfg)}")
-    summary = _run(run_training, cfg)
+    from .trainer.interrupts import interrupted_note
+
+    overrides = _take_debug(list(ctx.args))
+    summary = _run(
+        run_training,
+        cfg,
+        _on_interrupt=lambda: interrupted_note(cfg.output_dir, config, overrides),
+    )
     if not main:
         return
     scorer = summary.get("heldout_reward")
@@ -217,6 +230,9 @@ def train(
             "error makes this an error)"
         )
     typer.echo(json.dumps(summary))
+    from .trainer.disk import disk_summary
+
+    typer.echo(disk_summary(cfg.output_dir))
 
 
 @app.command(

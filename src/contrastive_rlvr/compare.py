@@ -61,7 +61,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .child_processes import child_env, die_with_parent
-from .stats import mean_ci, paired_difference_ci
+from .stats import (
+    DIFFERENCE_RANGE,
+    UNIT_RANGE,
+    Bounds,
+    mean_ci,
+    mean_text,
+    paired_difference_ci,
+)
 
 #: arm name -> (bicc, rcc)
 ARMS: dict[str, tuple[bool, bool]] = {
@@ -874,7 +881,11 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             cell = per_cell.get((recipe, arm), {})
             after = {k: s["heldout_avg@n_after"] for k, s in sorted(cell.items())}
             before = {k: s["heldout_avg@n_before"] for k, s in sorted(cell.items())}
-            diff = None if arm == "plain" else paired_difference_ci(after, plain_after, CI_LEVEL)
+            diff = (
+                None
+                if arm == "plain"
+                else paired_difference_ci(after, plain_after, CI_LEVEL, DIFFERENCE_RANGE)
+            )
             grad_var: dict[int, dict | None] = {}
             if ARMS[arm][1]:  # an RCC arm: its runs log the gradient-variance diagnostic
                 dirs = run_dirs.get((recipe, arm), {})
@@ -885,8 +896,8 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
                 "arm": arm,
                 "label": recipe_label(recipe) + ARM_SUFFIX[arm],
                 "seeds": sorted(after),
-                "after": _ci_dict(after),
-                "before": _ci_dict(before),
+                "after": _ci_dict(after, UNIT_RANGE),
+                "before": _ci_dict(before, UNIT_RANGE),
                 "diff_vs_plain": diff.to_dict() if diff else None,
                 "per_seed": {
                     str(k): {
@@ -901,7 +912,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
                 },
             }
             if ARMS[arm][1]:
-                row["grad_var_ratio"] = _ci_dict(ratios)
+                row["grad_var_ratio"] = _ci_dict(ratios, (0.0, None))
                 for k, summary in grad_var.items():
                     row["per_seed"][str(k)]["grad_var"] = summary
             rows.append(row)
@@ -957,17 +968,21 @@ def grad_var_summary(metrics_file: Path) -> dict | None:
     }
 
 
-def _ci_dict(values: dict[int, float]) -> dict | None:
-    return mean_ci(list(values.values()), CI_LEVEL).to_dict() if values else None
+def _ci_dict(values: dict[int, float], bounds: Bounds) -> dict | None:
+    return mean_ci(list(values.values()), CI_LEVEL, bounds).to_dict() if values else None
 
 
 def _pct(ci: dict | None, signed: bool = False) -> str:
-    """``78.1 ± 3.5`` in percentage points (± the CI half-width), ``78.1`` for one seed."""
+    """``78.1 ± 3.5`` in percentage points (± the CI half-width), ``78.1 (no interval)``
+    for one seed, and the mean with "too few" where the interval would reach outside the
+    metric's range (:func:`~contrastive_rlvr.stats.mean_text`)."""
     if ci is None:
         return "–"
     mean = f"{100 * ci['mean']:+.1f}" if signed else f"{100 * ci['mean']:.1f}"
     if ci["ci_half_width"] is None:
         return f"{mean} (no interval)"
+    if ci.get("too_few"):
+        return mean_text(ci, signed=signed)
     return f"{mean} ± {100 * ci['ci_half_width']:.1f}"
 
 

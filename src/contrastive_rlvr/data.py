@@ -1,4 +1,5 @@
-"""Prompt datasets from jsonl, json, parquet, csv or a Hugging Face dataset name.
+"""Prompt datasets from jsonl, json, parquet, csv, a local dataset folder (``save_to_disk``
+output, a Hub repository's files) or a Hugging Face dataset name.
 
 Every source is read by ``datasets.load_dataset`` as a TRL script reads it (local files
 through its ``json``, ``parquet`` and ``csv`` builders, so column types and nested
@@ -399,11 +400,69 @@ def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
+#: The split a source without splits (one file, a saved ``Dataset``) stands for.
+DEFAULT_SPLIT = "train"
+
+
+def _no_configs(path: Path, hub_config: str | None, split: str, what: str) -> None:
+    """A source that has no configurations (and, ``what`` says, maybe no splits) refuses
+    a configuration or another split than the default rather than ignoring it."""
+    if hub_config is not None:
+        raise ValueError(
+            f"dataset_config={hub_config!r} names a configuration, but {path} is {what}, "
+            "which has none; drop dataset_config, or give the folder that holds the "
+            "configurations"
+        )
+    if split != DEFAULT_SPLIT and "splits" not in what:
+        raise ValueError(
+            f"dataset_train_split={split!r} names a split, but {path} is {what}, which has "
+            f"none (it is read whole, as split {DEFAULT_SPLIT!r}); drop dataset_train_split, "
+            "or give a source with that split"
+        )
+
+
+def _read_folder(path: Path, hub_config: str | None, split: str) -> Dataset:
+    """A local dataset folder in any layout ``datasets`` writes or the Hub uses:
+
+    - ``Dataset.save_to_disk`` (``state.json``): one dataset, no configuration, no split;
+    - ``DatasetDict.save_to_disk`` (``dataset_dict.json``): ``split`` picks one of its
+      splits, no configuration;
+    - a Hub repository's files (data files, a ``README.md`` whose YAML lists the
+      configurations): read by ``datasets.load_dataset`` with ``hub_config`` as its
+      configuration name and ``split``, as a TRL script reads a Hub name.
+    A configuration or split the folder does not have is an error naming those it has."""
+    from datasets import DatasetDict, load_dataset, load_from_disk
+
+    if (path / "dataset_dict.json").is_file():
+        _no_configs(path, hub_config, split, "a DatasetDict saved with save_to_disk (splits)")
+        saved = load_from_disk(str(path))
+        assert isinstance(saved, DatasetDict)
+        if split not in saved:
+            raise ValueError(
+                f"{path} (a saved DatasetDict) has no split {split!r}; its splits are "
+                f"{sorted(saved)}: set dataset_train_split to one of them"
+            )
+        return saved[split]
+    if (path / "state.json").is_file():
+        _no_configs(path, hub_config, split, "a Dataset saved with save_to_disk")
+        return load_from_disk(str(path))
+    try:
+        return load_dataset(str(path), hub_config, split=split)
+    except Exception as err:  # noqa: BLE001 - a layout, config or split that is not there
+        where = f"{path} (folder; config {hub_config!r}, split {split!r})"
+        raise _datasets_error(where, err) from err
+
+
 def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, skip: bool) -> _Read:
     """The rows of ``source``, read by ``datasets.load_dataset``, and where each came from."""
     path = Path(source)
     suffix = "".join(path.suffixes[-1:]).lower()
+    if path.is_dir():
+        dataset = _read_folder(path, hub_config, split)
+        wheres = [f"{path}[{split}] row {i}" for i in range(1, len(dataset) + 1)]
+        return _Read(dataset, wheres, list(range(len(dataset))))
     if path.exists():
+        _no_configs(path, hub_config, split, "a single file")
         if suffix not in _SUFFIXES:
             raise ValueError(
                 f"{path}: unsupported file type {suffix!r} (.jsonl, .json, .parquet, .csv)"
@@ -453,9 +512,12 @@ def load_prompts(
     """Load a prompt dataset (see the module docstring).
 
     ``source`` is a ``.jsonl``, ``.json`` (a list of objects, or JSON lines),
-    ``.parquet`` or ``.csv`` file, or a Hugging Face dataset name (``split``,
-    ``hub_config``; online only). ``id_field`` names a row id column (default: ``id``
-    when the rows have one, else the row's position). ``limit`` keeps the first
+    ``.parquet`` or ``.csv`` file, a local dataset folder (:func:`_read_folder`:
+    ``save_to_disk`` output or a Hub repository's files; ``split``, ``hub_config``), or a
+    Hugging Face dataset name (``split``, ``hub_config``; online only). A single file
+    has no configurations or splits: a ``hub_config``, or a ``split`` other than
+    ``train``, is refused for it rather than ignored. ``id_field`` names a row id column
+    (default: ``id`` when the rows have one, else the row's position). ``limit`` keeps the first
     ``limit`` good rows. Fields may be dotted paths (:func:`field_value`);
     ``nested_columns``: dotted paths whose values are copied to a column of that name
     (OC-GRPO's ``oc_solution_column=extra_info.solution``), a row without one an error.

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from .metrics import CLIP_FRACTION_KEYS
+from .stats import mean_text
 
 #: metrics.jsonl keys of the diagnostics table (absent ones are left out).
 DIAGNOSTIC_KEYS = (
@@ -70,12 +71,7 @@ def _ci_text(ci: dict | None, scale: float = 100.0, signed: bool = False, digits
     interval (1 seed)"."""
     if ci is None:
         return "–"
-    fmt = f"{{:{'+' if signed else ''}.{digits}f}}"
-    mean = fmt.format(scale * ci["mean"])
-    if ci.get("ci_half_width") is None:
-        return f"{mean} (no interval: {ci.get('n', 1)} seed)"
-    half, low, high = (scale * ci[k] for k in ("ci_half_width", "ci_low", "ci_high"))
-    return f"{mean} ± {half:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    return mean_text(ci, scale=scale, digits=digits, signed=signed)
 
 
 def _compare_section(report: dict) -> str:

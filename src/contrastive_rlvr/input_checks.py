@@ -9,6 +9,7 @@ the fix.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -34,8 +35,17 @@ def check_model_path(model: str) -> None:
     ``/``, ends with ``.gguf``) and does not exist is reported as a missing path, not
     passed to the Hub client, whose message would be about an invalid repository id.
     """
-    from .models import ALIASES, gguf_path
+    from .models import (
+        ALIASES,
+        TINY_ALIAS,
+        adapter_base,
+        alias_standing_in,
+        gguf_path,
+        is_adapter_folder,
+    )
 
+    if model == TINY_ALIAS:
+        return
     if model in ALIASES:
         try:
             gguf_path(model)
@@ -43,11 +53,29 @@ def check_model_path(model: str) -> None:
             raise UserError(f"model={model!r}: {err}") from err
         return
     path = Path(model).expanduser()
+    if is_adapter_folder(path):
+        # A folder train --use_peft saved: its base model (named in the adapter's config)
+        # must be loadable here, and peft installed.
+        try:
+            base = adapter_base(path)
+        except ValueError as err:
+            raise UserError(f"model={model!r}: {err}") from err
+        if importlib.util.find_spec("peft") is None:
+            raise UserError(
+                f"model={model!r} is a PEFT adapter folder, which needs peft to load: pip "
+                "install peft, or give a full (merged) model folder"
+            )
+        try:
+            check_model_path(base)
+        except UserError as err:
+            raise UserError(f"model={model!r} is an adapter on {base!r}, which: {err}") from err
+        return
     if path.exists():
         if path.is_dir() and not (path / "config.json").is_file():
             raise UserError(
-                f"model={model!r}: the directory has no config.json, so it is not a saved "
-                "Hugging Face model; point model at the folder save_pretrained wrote"
+                f"model={model!r}: the directory has no config.json (nor a PEFT "
+                "adapter_config.json), so it is not a saved Hugging Face model; point model "
+                "at the folder save_pretrained wrote"
             )
         if path.is_file() and path.suffix != ".gguf":
             raise UserError(
@@ -73,7 +101,7 @@ def check_model_path(model: str) -> None:
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(model, "config.json")
-        if not isinstance(cached, str):
+        if not isinstance(cached, str) and alias_standing_in(model) is None:
             raise UserError(
                 f"model={model!r} is not a local path and not in the Hugging Face cache, and "
                 "HF_HUB_OFFLINE is set so it cannot be downloaded; give a local model directory "

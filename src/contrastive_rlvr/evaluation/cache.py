@@ -129,11 +129,28 @@ def file_sha256(path: str | Path, index: dict[str, str] | None = None) -> str:
 def model_files(model: str) -> list[Path]:
     """The files that define the model named ``model``: a local directory's files (not
     recursive), a ``.gguf`` file, an alias's ``.gguf``, or a Hub id's cached snapshot.
-    Empty when none is found on disk."""
-    from ..models import ALIASES, gguf_path
+    Empty when none is found on disk. A PEFT adapter folder: its files and its base
+    model's (an alias's upstream id standing offline: the alias's file)."""
+    from ..models import (
+        ALIASES,
+        TINY_ALIAS,
+        adapter_base,
+        alias_standing_in,
+        gguf_path,
+        is_adapter_folder,
+        tiny_model,
+    )
 
     if model in ALIASES:
         return [gguf_path(model)]
+    if model == TINY_ALIAS:
+        return model_files(str(tiny_model()))
+    stand_in = alias_standing_in(model)
+    if stand_in is not None:
+        return [gguf_path(stand_in)]
+    if is_adapter_folder(model):
+        own = sorted(p for p in Path(model).expanduser().iterdir() if p.is_file())
+        return own + model_files(adapter_base(model))
     path = Path(model).expanduser()
     if not path.exists():
         try:

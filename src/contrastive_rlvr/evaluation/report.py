@@ -9,9 +9,9 @@ correct samples of problem i:
   :func:`~contrastive_rlvr.algorithms.pass_at_k`), for k = 1, 2, 4, ... up to
   n, and n itself; pass@1 equals avg@n (the estimator at k = 1 is ``c_i / n``),
   so the table shows them as one column;
-- an interval for each: the percentile bootstrap over problems
-  (:func:`~contrastive_rlvr.stats.bootstrap_mean_ci`; a problem's samples are
-  resampled together, being correlated), with the counts behind it (problems,
+- an interval for each: Wilson's score interval with the problems as trials
+  (:func:`~contrastive_rlvr.stats.score_interval`; a problem's samples are
+  correlated, so they count as one trial), with the counts behind it (problems,
   samples, correct samples);
 - ``unparsable``: samples that stated no answer math-verify could read.
 """
@@ -25,11 +25,11 @@ from typing import Any
 from rich.table import Table
 
 from ..algorithms import avg_at_n, pass_at_k
-from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+from ..stats import SCORE_INTERVAL_METHOD, score_interval
 
 #: Level of the reported intervals.
 CI_LEVEL = 0.95
-INTERVAL_METHOD = BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+INTERVAL_METHOD = SCORE_INTERVAL_METHOD
 TABLE_NOTE = (
     "avg@n = pass@1: the unbiased pass@k estimator at k = 1 is the mean of c_i / n, the "
     f"same number, so it is one column. [low, high]: {int(CI_LEVEL * 100)}% {INTERVAL_METHOD}."
@@ -94,8 +94,8 @@ def summarize(
     per_k = {k: [pass_at_k(n, c, k) for c in counts] for k in ks_for(n)}
     passes = {k: sum(v) / len(v) for k, v in per_k.items()}
     intervals = {
-        "avg_at_n": bootstrap_mean_ci([c / n for c in counts], CI_LEVEL).to_dict(),
-        "pass_at_k": {k: bootstrap_mean_ci(v, CI_LEVEL).to_dict() for k, v in per_k.items()},
+        "avg_at_n": score_interval([c / n for c in counts], CI_LEVEL).to_dict(),
+        "pass_at_k": {k: score_interval(v, CI_LEVEL).to_dict() for k, v in per_k.items()},
     }
     return BenchmarkReport(
         benchmark=benchmark,

@@ -11,7 +11,7 @@ field, the value and the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from trl import GRPOConfig, ModelConfig
@@ -71,7 +71,23 @@ class RLVRConfig(
     :mod:`contrastive_rlvr.trainer.config_groups`.
     """
 
+    # TRL's base config declares the deprecated ``gradient_checkpointing`` with the default
+    # True, so transformers warned that it is deprecated on every config built (every
+    # command, ``--help`` too). Both names default to unset here and TRL's default goes
+    # to the new name in __post_init__; a user who sets the old name still gets
+    # transformers' warning (and the value).
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of activation_checkpointing (transformers removes it in v6).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default
         self._validate_ranges()
         self.validate_data()
         self.validate_recipe()
@@ -85,6 +101,10 @@ class RLVRConfig(
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which transformers refuses on a CPU-only machine.
             self.bf16 = torch.cuda.is_available() and not self.use_cpu
+        if not torch.cuda.is_available() or self.use_cpu:
+            # Pinned memory speeds copies to a GPU; without one torch warns on every
+            # DataLoader that it is set and unused.
+            self.dataloader_pin_memory = False
         # Both TRL parents' checks (neither calls the other's).
         ModelConfig.__post_init__(self)
         GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict

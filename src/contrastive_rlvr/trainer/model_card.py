@@ -1,5 +1,7 @@
-"""The model card of a trained model: TRL's, with the base model named (TRL leaves it
-``None`` for a local folder) and a section on the run (recipe, methods on, base config)."""
+"""What a trained model says about itself: the model card (TRL's, with the model and its
+base named, no Hub link to a local path, and a section on the run) and the base model a
+PEFT adapter records (an alias's upstream Hugging Face id, never a cache path); and the
+model names the trainer loads itself (the CLI's aliases, GGUF files, adapter folders)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,62 @@ METHODS = {
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def loads_itself(name: str) -> bool:
+    """Whether a model given by name needs the project's loader (an alias, a GGUF file, an
+    alias's upstream id standing offline, an adapter folder) rather than TRL's
+    ``from_pretrained``, which would look each up on the Hub."""
+    from ..models import ALIASES, TINY_ALIAS, alias_standing_in, is_adapter_folder
+
+    return (
+        name in ALIASES
+        or name == TINY_ALIAS
+        or name.endswith(".gguf")
+        or is_adapter_folder(name)
+        or alias_standing_in(name) is not None
+    )
+
+
+#: Place of ``processing_class`` among GRPOTrainer's positional arguments after ``args``.
+_PROCESSING_CLASS_AT = 2
+
+
+def load_named_model(model: Any, args: Any, rest: tuple, kwargs: dict) -> Any:
+    """``model`` loaded by the project's loader when it is a name only that loader knows
+    (:func:`loads_itself`), with ``args``' dtype and ``model_init_kwargs``; its tokenizer
+    goes into ``kwargs`` as ``processing_class`` unless one was given. Anything else is
+    returned as it is (TRL loads a Hub id or a model folder itself)."""
+    if not isinstance(model, str) or not loads_itself(model):
+        return model
+    from ..models import load_model_and_tokenizer
+    from .model_options import model_load_kwargs
+
+    loaded, tokenizer = load_model_and_tokenizer(model, **model_load_kwargs(args))
+    loaded.train()
+    if "processing_class" not in kwargs and len(rest) <= _PROCESSING_CLASS_AT:
+        kwargs["processing_class"] = tokenizer
+    return loaded
+
+
+def record_base_model(model: Any) -> None:
+    """A PEFT model's adapter configs record the base model by a name another machine can
+    load: an alias's upstream id in place of the local folder it was converted into."""
+    from ..models import recorded_model_id
+
+    for peft_config in getattr(model, "peft_config", {}).values():
+        base = peft_config.base_model_name_or_path
+        if base:
+            peft_config.base_model_name_or_path = recorded_model_id(base)
+    # PEFT's own card edit on save reads the base config's name (its YAML base_model) and
+    # the base model's name_or_path (its base_model:adapter tag). Called once the trainer
+    # is built: TRL's vLLM engine was started from the local folder's name before.
+    base = model.get_base_model()
+    config = getattr(base, "config", None)
+    if config is not None and getattr(config, "_name_or_path", None):
+        config._name_or_path = recorded_model_id(config._name_or_path)
+    if getattr(base, "name_or_path", None):
+        base.name_or_path = recorded_model_id(base.name_or_path)
+
+
 def methods_on(config: Any) -> list[str]:
     """The names of the project's methods ``config`` switches on."""
     return [name for flag, name in METHODS.items() if getattr(config, flag, False)]
@@ -27,11 +85,20 @@ def methods_on(config: Any) -> list[str]:
 
 def run_section(config: Any, base_model: str) -> str:
     """The card's section on the run, in Markdown."""
+    from ..models import ALIASES
+
     methods = ", ".join(methods_on(config)) or "none (plain recipe)"
+    alias = ALIASES.get(str(config.model))
+    built = (
+        f" (trained from the alias `{config.model}`: the {alias.filename} build of "
+        f"`{alias.distribution}`, dequantised to float32)"
+        if alias is not None
+        else ""
+    )
     lines = [
         "## contrastive-rlvr run",
         "",
-        f"- base model: `{base_model}`",
+        f"- base model: `{base_model}`{built}",
         f"- recipe: `{config.recipe}`",
         f"- methods on: {methods}",
         f"- dataset: `{config.dataset or 'embedded arithmetic task'}`",
@@ -41,23 +108,39 @@ def run_section(config: Any, base_model: str) -> str:
     return "\n".join(lines)
 
 
+def card_model_name(config: Any) -> str:
+    """What the card calls the trained model: its Hub id when it is pushed, else its
+    folder."""
+    return str(getattr(config, "hub_model_id", None) or config.output_dir)
+
+
 def complete_model_card(config: Any, model_id: str | None) -> None:
     """Complete TRL's card in ``output_dir``: name the base model where TRL wrote ``None``
-    (the config's model, else ``model_id``, the model's own config id), tag the project,
-    recipe and methods, and add :func:`run_section`."""
+    (the config's model, else ``model_id``, the model's own config id; an alias as its
+    upstream id), name the model itself where TRL wrote ``None`` (title, the pipeline
+    example), link no local path to the Hub, tag the project, recipe and methods, and add
+    :func:`run_section`."""
+    from ..models import recorded_model_id
+
     path = Path(config.output_dir) / "README.md"
-    base_model = str(config.model_name_or_path or model_id)
+    base_model = recorded_model_id(str(config.model_name_or_path or model_id))
+    name = card_model_name(config)
     text = path.read_text()
+    text = text.replace("# Model Card for None\n", f"# Model Card for {name}\n")
+    text = text.replace('model="None"', f"model={name!r}".replace("'", '"'))
+    dataset = str(getattr(config, "dataset", None) or "")
+    if dataset and Path(dataset).expanduser().exists():  # a local file or folder
+        hub_link = f"[{dataset}](https://huggingface.co/datasets/{dataset})"
+        text = text.replace(hub_link, f"`{dataset}`")
+        text = text.replace(f"datasets: {dataset}\n", "")
     tags = ["contrastive-rlvr", config.recipe, *methods_on(config)]
     if text.startswith("---\n") and "\ntags:\n" in text:  # TRL's YAML header lists tags
         text = text.replace("\ntags:\n", "\ntags:\n" + "".join(f"- {t}\n" for t in tags), 1)
-    link = (
-        f"[{base_model}](https://huggingface.co/{base_model})"
-        if _HUB_ID.match(base_model) and not Path(base_model).exists()
-        else f"`{base_model}`"
-    )
+    on_hub = bool(_HUB_ID.match(base_model)) and not Path(base_model).exists()
+    link = f"[{base_model}](https://huggingface.co/{base_model})" if on_hub else f"`{base_model}`"
     text = text.replace("[None](https://huggingface.co/None)", link)
-    text = text.replace("base_model: None\n", "")  # no Hub link for a local model
+    # the header names a Hub model only (no Hub link for a local model)
+    text = text.replace("base_model: None\n", f"base_model: {base_model}\n" if on_hub else "")
     path.write_text(text.rstrip("\n") + "\n\n" + run_section(config, base_model))
 
 
@@ -68,6 +151,31 @@ class ProjectModelCard:
     def create_model_card(self, model_name=None, dataset_name=None, tags=None) -> None:  # noqa: ANN001
         from trl.trainer.utils import get_config_model_id
 
-        super().create_model_card(model_name, dataset_name or self.args.dataset, tags)
+        name = model_name or card_model_name(self.args)
+        super().create_model_card(name, dataset_name or self.args.dataset, tags)
         if self.is_world_process_zero():
             complete_model_card(self.args, get_config_model_id(self.model.config))
+
+
+#: The folder under output_dir where ``merge_adapter=true`` saves the merged model.
+MERGED_DIR = "merged"
+
+
+def save_merged(trainer: Any, folder: Path) -> Path:
+    """The trained adapter merged into a copy of its base model, saved as a full model
+    (weights, config, tokenizer, card) in ``folder``; the trainer's model is left as it
+    is. The config records the base by its upstream id where it came from an alias."""
+    import copy
+    import shutil
+
+    from ..models import recorded_model_id
+
+    model = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model)).merge_and_unload()
+    model.config._name_or_path = recorded_model_id(model.config._name_or_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    trainer.processing_class.save_pretrained(folder)
+    card = Path(trainer.args.output_dir) / "README.md"
+    if card.is_file():
+        shutil.copyfile(card, folder / "README.md")
+    return folder

@@ -93,6 +93,62 @@ def check_quantization(config: Any) -> None:
         )
 
 
+#: Options that need a package this project does not install, as ``(field, the value that
+#: needs it, import name, pip name, what to set instead)``; checked at start, before any
+#: model loads, since each package is otherwise imported only inside TRL or transformers
+#: after the model loaded (vLLM's ImportError came as a traceback after the load).
+OPTIONAL_PACKAGES: tuple[tuple[str, Any, str, str, str], ...] = (
+    ("use_vllm", True, "vllm", "vllm", "use_vllm=false (generation with transformers)"),
+    ("use_peft", True, "peft", "peft", "use_peft=false (full fine-tuning)"),
+    ("use_liger_kernel", True, "liger_kernel", "liger-kernel", "use_liger_kernel=false"),
+    ("attn_implementation", "flash_attention_2", "flash_attn", "flash-attn",
+     "attn_implementation=sdpa"),
+    ("attn_implementation", "flash_attention_3", "flash_attn_interface", "flash-attn-3",
+     "attn_implementation=sdpa"),
+)  # fmt: skip
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install counts as missing
+        return False
+
+
+def missing_packages(config: Any) -> list[str]:
+    """One sentence per option ``config`` sets whose package is not installed (the
+    options of :data:`OPTIONAL_PACKAGES`, a DeepSpeed config; a PEFT adapter folder as
+    the model is :func:`check_model_path`'s); empty when every one is there."""
+    problems = []
+    for name, value, module, pip, instead in OPTIONAL_PACKAGES:
+        if getattr(config, name, None) == value and not _installed(module):
+            problems.append(
+                f"{name}={json_text(value)} needs {pip}, which is not installed: pip install "
+                f"{pip}, or set {instead}"
+            )
+    if getattr(config, "deepspeed", None) and not _installed("deepspeed"):
+        problems.append(
+            f"deepspeed={config.deepspeed!r} needs deepspeed, which is not installed: pip "
+            "install deepspeed, or drop --deepspeed"
+        )
+    return problems
+
+
+def json_text(value: Any) -> str:
+    """A value as written on the command line (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_optional_packages(config: Any) -> None:
+    """Every optional package an option of ``config`` needs is installed; else one
+    :class:`UserError` with one sentence per missing package."""
+    problems = missing_packages(config)
+    if problems:
+        raise UserError("\n".join(problems))
+
+
 def load_dataset_of(config: Any) -> Any:
     """The prompt dataset ``config`` names, read with its field mapping and split
     (:func:`~contrastive_rlvr.data.load_prompts`)."""
@@ -140,6 +196,7 @@ def preflight(config: Any) -> PreflightResult:
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)
+    check_optional_packages(config)
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result

@@ -19,6 +19,8 @@ token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
   run in one forward encoding each prompt once (:class:`.PromptSharing`; tests/test_sharing.py).
 - ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
+- ``_save_checkpoint`` (:class:`.interrupts.WholeCheckpoints`): a Ctrl-C during a
+  checkpoint write finishes it (a second one abandons it) rather than leaving it half written.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
   (see :class:`.guards.SkipNonFiniteUpdates`).
@@ -26,7 +28,9 @@ token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
 
 from __future__ import annotations
 
+import re
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -36,21 +40,44 @@ from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
 from ..metrics import logged_name
+from ..models import ALIASES
 from ..shared_forward.sharing import WIDTH_SAMPLE, PromptSharing, reachable_width
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
+from .disk import CheckpointSizes
 from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
+from .interrupts import WholeCheckpoints
 from .loss import LossContext, build_loss
-from .model_card import ProjectModelCard
+from .model_card import ProjectModelCard, load_named_model, record_base_model
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
 
+# The pinned TRL calls transformers' deprecated gradient-checkpointing methods on every
+# generation (trl/models/utils.py), so every run printed three FutureWarnings no user can act
+# on. Only those exact messages are silenced; a user's own call of a deprecated name, and
+# every other warning, still show.
+warnings.filterwarnings(
+    "ignore",
+    message=r"`(gradient_checkpointing_enable|gradient_checkpointing_disable|"
+    r"is_gradient_checkpointing)` is deprecated",
+    category=FutureWarning,
+)
+# An adapter on an alias records the alias's upstream id (models.recorded_model_id); offline,
+# PEFT's save looks that id up to see whether the vocabulary was resized and warns that it
+# cannot. The project never resizes an alias's vocabulary, so for those ids it is noise.
+for _alias in ALIASES.values():
+    warnings.filterwarnings(
+        "ignore",
+        message=f"Could not find a config file in {re.escape(_alias.upstream)} ",
+        category=UserWarning,
+    )
 
-class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
+
+class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
     """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
 
     Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
@@ -70,6 +97,7 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
+        model = load_named_model(model, args, rest, kwargs)
         fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
         super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
         follow_log_level(self.args.get_process_log_level())  # as Trainer does for its own
@@ -83,6 +111,8 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         self._aux_losses: list[torch.Tensor] = []
         self.last_batch_stats: dict[str, torch.Tensor] = {}
         adapter = is_adapter(self.accelerator.unwrap_model(self.model))
+        if adapter:
+            record_base_model(self.accelerator.unwrap_model(self.model))
         # A PEFT adapter's reference is its base model with the adapter off, as TRL's.
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
@@ -106,6 +136,7 @@ class RLVRTrainer(ProjectModelCard, EpochAlignedResume, GRPOTrainer):
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
+        self.add_callback(CheckpointSizes())
 
     def _reachable_width(self, config: RLVRConfig) -> int | None:
         """The longest forward the run can reach, for the shared forward's probe (only

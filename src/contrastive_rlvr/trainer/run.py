@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from ..checkpoints import (
+    checkpoint_problems,
     config_differences,
     list_checkpoints,
     newest_complete_checkpoint,
@@ -30,6 +31,7 @@ from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
+from .model_card import MERGED_DIR, save_merged
 from .model_options import model_load_kwargs, peft_config_of
 from .preflight import PreflightResult, preflight
 from .rlvr_trainer import RLVRTrainer
@@ -703,6 +705,22 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
     )
 
 
+def same_finished_run(config: RLVRConfig, out: Path) -> dict | None:
+    """The summary of the finished run in ``out`` when ``config`` is that run's config (the
+    same command again): it is reported, not refused nor run again. None otherwise (no
+    whole summary, a run that stopped with an error, or any training field different)."""
+    try:
+        summary = json.loads((out / SUMMARY_FILE).read_text())
+        saved = yaml.safe_load((out / CONFIG_FILE).read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if not isinstance(summary, dict) or "error" in summary or not isinstance(saved, dict):
+        return None
+    if not _written_by_a_run(out / CONFIG_FILE) or config_differences(saved, config.to_dict()):
+        return None
+    return summary
+
+
 def _at_end(checkpoint: str, config: RLVRConfig) -> bool:
     """Whether ``checkpoint`` is at (or past) the run's last step (max_steps > 0 only)."""
     if config.max_steps < 1:
@@ -732,6 +750,9 @@ def plan_output_dir(
         _check_foreign_files(config, out, may_write=may_write)
         found = holds_run(out)
         if found:
+            finished = None if config.overwrite_output_dir else same_finished_run(config, out)
+            if finished is not None:  # the same command again (make demo twice)
+                return None, finished
             if not config.overwrite_output_dir:
                 raise UserError(
                     f"output_dir={str(out)!r} already holds a run ({', '.join(found[:4])}); "
@@ -762,6 +783,10 @@ def plan_output_dir(
                 config.max_steps,
             )
             os.replace(summary_file, out / "summary.before-resume.json")
+    named = _named_checkpoint(config)
+    if named is not None:
+        logger.warning("resume: from %s (resume_from_checkpoint)", named)
+        return named, None
     checkpoint, skipped = newest_complete_checkpoint(out)
     if checkpoint is None:
         if not skipped:
@@ -787,6 +812,28 @@ def plan_output_dir(
     return str(checkpoint), None
 
 
+def _named_checkpoint(config: RLVRConfig) -> str | None:
+    """``resume_from_checkpoint=PATH`` (TRL's option): that checkpoint, refused unless it
+    is a whole one; None when no path is named (resume from the newest in output_dir)."""
+    named = config.resume_from_checkpoint
+    if not named:
+        return None
+    path = Path(named).expanduser()
+    newest = "or true for the newest complete checkpoint in output_dir"
+    if not path.is_dir():
+        raise UserError(
+            f"resume_from_checkpoint={named!r}: no such folder; give a checkpoint-N folder "
+            f"of a run, {newest}"
+        )
+    problems = checkpoint_problems(path)
+    if problems:
+        raise UserError(
+            f"resume_from_checkpoint={named!r} is not complete ({'; '.join(problems)}); give "
+            f"another checkpoint, {newest}"
+        )
+    return str(path)
+
+
 def _any_step_scored(metrics_file: Path, first: int) -> bool:
     """Whether a step after ``first`` logged a numeric reward (TRL logs None for a step
     whose every reward was None, and metrics.jsonl keeps numbers only). True when there
@@ -800,12 +847,12 @@ def _any_step_scored(metrics_file: Path, first: int) -> bool:
 
 def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
     """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
-    records with it: the counts behind it and its bootstrap interval over problems."""
+    records with it: the counts behind it and its Wilson interval over problems."""
     from ..algorithms import avg_at_n
-    from ..stats import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_mean_ci
+    from ..stats import SCORE_INTERVAL_METHOD, score_interval
 
     value = avg_at_n(correct)
-    ci = bootstrap_mean_ci([sum(row) / len(row) for row in correct])
+    ci = score_interval([sum(row) / len(row) for row in correct])
     counts = {
         "problems": len(correct),
         "samples": sum(len(row) for row in correct),
@@ -814,7 +861,7 @@ def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
         "ci_low": ci.low,
         "ci_high": ci.high,
         "level": ci.level,
-        "interval": BOOTSTRAP_METHOD.format(resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
+        "interval": SCORE_INTERVAL_METHOD,
     }
     return value, counts
 
@@ -901,7 +948,12 @@ def _train_locked(
     data = checked.prompts.fingerprint if checked.prompts is not None else None
     resume, finished = plan_output_dir(config, out, may_write=main, data=data)
     if finished is not None:
-        logger.warning("resume: %s finished already (%s); nothing to do", out, SUMMARY_FILE)
+        logger.warning(
+            "%s: this run finished already (%s); nothing to do (reported below; "
+            "overwrite_output_dir=true runs it again)",
+            out,
+            SUMMARY_FILE,
+        )
         if "error" in finished:
             raise AllUpdatesSkipped(f"{out} finished already: {finished['error']}")
         return finished
@@ -948,6 +1000,8 @@ def _train_locked(
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
     trainer.save_model(str(out))
+    if config.merge_adapter and trainer.accelerator.is_main_process:
+        save_merged(trainer, out / MERGED_DIR)
     after = _on_main(state, parts["evaluate"], trainer.model, "after")
     before, before_counts = heldout_score(before)
     after, after_counts = heldout_score(after)

@@ -169,6 +169,14 @@ class DataOptions:
             "template (false is refused for them)."
         },
     )
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "use_peft=true: also save the adapter merged into its base model, as a "
+            "full model in output_dir/merged (output_dir itself holds the adapter, as TRL "
+            "saves it; eval and --model take either folder)."
+        },
+    )
     resume: bool = field(
         default=False,
         metadata={
@@ -282,6 +290,20 @@ class DataOptions:
         },
     )
 
+    def _take_resume_from_checkpoint(self) -> None:
+        """TRL's ``resume_from_checkpoint``: ``true`` is ``resume=true`` (the newest complete
+        checkpoint in output_dir), a path resumes from that checkpoint (checked whole before
+        any model loads), ``false`` is unset."""
+        named = getattr(self, "resume_from_checkpoint", None)
+        if not isinstance(named, str):
+            return
+        if named.strip().lower() in ("true", "1", "yes"):
+            self.resume, self.resume_from_checkpoint = True, None
+        elif named.strip().lower() in ("false", "0", "no", ""):
+            self.resume_from_checkpoint = None
+        else:
+            self.resume = True
+
     def validate_data(self) -> None:
         named = getattr(self, "model_name_or_path", None)  # TRL's ModelConfig spelling
         if named is not None:
@@ -319,6 +341,13 @@ class DataOptions:
             "heldout_reward",
             self.heldout_reward,
             f"name one of rewards={self.rewards}",
+        )
+        self._take_resume_from_checkpoint()
+        check(
+            not self.merge_adapter or getattr(self, "use_peft", False),
+            "merge_adapter",
+            self.merge_adapter,
+            "merges a LoRA adapter, so it needs use_peft=true",
         )
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
