@@ -20,8 +20,9 @@ from contrastive_rlvr.trainer import RLVRConfig
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = {p: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]}
-#: Commands whose unknown options are RLVRConfig fields (train's overrides, compare's).
-CONFIG_COMMANDS = ("train", "compare")
+#: Commands whose unknown options are RLVRConfig fields (train's overrides, compare's,
+#: premise's).
+CONFIG_COMMANDS = ("train", "compare", "premise")
 
 
 def _recipe_table_names() -> list[str]:

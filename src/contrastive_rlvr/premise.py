@@ -467,10 +467,15 @@ def sample_groups(
     end_ids: Sequence[int],
     batch: int,
     seed: int,
+    top_k: int = 0,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
 ) -> list[list[list[int]]]:
     """``group`` sampled completions per prompt (token ids cut after the first end id,
     which is kept; a completion that never ends keeps all ``max_new_tokens``), ``batch``
-    prompts per ``generate`` call, left-padded; seeded, so a rerun draws the same."""
+    prompts per ``generate`` call, left-padded; seeded, so a rerun draws the same. The
+    sampling settings are TRL's (``top_k=0``: no top-k filter, the policy's own
+    distribution, as RL samples it)."""
     device = next(model.parameters()).device
     ends = set(end_ids)
     out: list[list[list[int]]] = []
@@ -494,7 +499,9 @@ def sample_groups(
                     do_sample=True,
                     temperature=temperature,
                     top_p=top_p,
-                    top_k=0,  # the policy's own distribution, as RL samples it
+                    top_k=top_k,
+                    repetition_penalty=repetition_penalty,
+                    **({} if min_p is None else {"min_p": min_p}),
                     max_new_tokens=max_new_tokens,
                     pad_token_id=pad_token_id,
                     eos_token_id=list(end_ids) or None,
@@ -598,6 +605,9 @@ def run_premise(
         max_new_tokens=config.max_completion_length,
         temperature=config.temperature,
         top_p=config.top_p,
+        top_k=config.top_k or 0,
+        min_p=config.min_p,
+        repetition_penalty=config.repetition_penalty,
         pad_token_id=pad,
         end_ids=end_ids,
         batch=GENERATE_PROMPTS,
@@ -658,6 +668,9 @@ def run_premise(
         "max_completion_length": config.max_completion_length,
         "temperature": config.temperature,
         "top_p": config.top_p,
+        "top_k": config.top_k,
+        "min_p": config.min_p,
+        "repetition_penalty": config.repetition_penalty,
         "reward_threshold": config.reward_threshold,
         "seed": config.seed,
         "bicc_context_ratio": config.bicc_context_ratio,
