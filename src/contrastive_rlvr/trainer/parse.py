@@ -19,6 +19,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..configs import base_config_for, model_in_args
+from ..pipe_input import read_config_text
 from .config import RLVRConfig
 from .config_groups import GROUPS
 
@@ -59,7 +60,8 @@ def load_yaml(
     if not path.exists():
         raise ValueError(f"{what} {path} does not exist")
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        # A pipe (--config <(...)) is read with a deadline, never waited on forever.
+        data = yaml.load(read_config_text(path, what), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as err:
         raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(err).split())}") from err
     if not isinstance(data, dict):
