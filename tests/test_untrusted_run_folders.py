@@ -111,3 +111,22 @@ def test_report_of_a_folder_with_a_broken_run_names_it(tmp_path):
         )  # fmt: skip
     )
     _one_line(CliRunner().invoke(app, ["report", str(run)]), "metrics.jsonl row 1")
+
+
+def test_links_planted_where_plot_and_report_write_are_replaced_not_followed(tmp_path):
+    # A shared run folder holds report.html and figures/curves_grpo.png as symbolic links
+    # to the user's own files: writing through them would overwrite those files.
+    run = _run_folder(tmp_path / "run", {"recipe": "grpo", "bicc": False, "rcc": False})
+    victim_page, victim_png = tmp_path / "notes.txt", tmp_path / "photo.png"
+    victim_page.write_text("the user's notes\n")
+    victim_png.write_text("the user's photo\n")
+    (run / "report.html").symlink_to(victim_page)
+    (run / "figures").mkdir()
+    (run / "figures" / "curves_grpo.png").symlink_to(victim_png)
+    assert CliRunner().invoke(app, ["plot", str(run)]).exit_code == 0
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    assert victim_page.read_text() == "the user's notes\n"
+    assert victim_png.read_text() == "the user's photo\n"
+    for written in (run / "report.html", run / "figures" / "curves_grpo.png"):
+        assert not written.is_symlink() and written.stat().st_size > 1000
+    assert not list(run.rglob("*.tmp"))

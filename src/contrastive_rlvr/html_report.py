@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -273,5 +274,13 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     )
     out = Path(out) if out is not None else folder / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    # Through a temporary file renamed into place: a symbolic link planted at
+    # FOLDER/report.html is replaced, never written through.
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return out

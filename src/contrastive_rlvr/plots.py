@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,9 +249,19 @@ def _seeds_note(runs: Sequence[Run]) -> str:
 
 
 def _finish(fig, path: Path) -> Path:  # noqa: ANN001
+    """Save ``fig`` as ``path`` through a temporary file renamed into place: a symbolic
+    link planted at ``path`` (the default figures folder is inside the run folder) is
+    replaced, never written through."""
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    # mkstemp: a new file of a random name (O_EXCL), so no planted link is followed either
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, dpi=DPI, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
