@@ -157,6 +157,27 @@ def test_a_rerun_leaves_a_live_runs_files_alone(tmp_path, locking_training):
     assert report["busy"] == [] and report["failed"] == []
 
 
+def test_a_warm_start_a_live_process_builds_is_left_alone(tmp_path, locking_training):
+    # The warm-start folder used to be removed and rebuilt under its live builder.
+    out = tmp_path / "out"
+    cache = out / "sft-cache" / "seed0"
+    cache.mkdir(parents=True)
+    (cache / "being-built").write_text("by a live process\n")
+    holder = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        lines: list[str] = []
+        spec = cmp.make_spec(recipes="grpo", arms="plain,rcc", seeds="0", output_dir=out)
+        report = cmp.run_compare(spec, echo=lines.append)
+    finally:
+        os.close(holder)
+    assert (cache / "being-built").read_text() == "by a live process\n"
+    assert sorted(b["arm"] for b in report["busy"]) == ["plain", "rcc"]
+    assert report["failed"] == [] and locking_training["calls"] == []
+    assert not list(out.rglob("error.txt"))
+    assert any(line.startswith("BUSY warm start of seed 0: the SFT warm start") for line in lines)
+
+
 def test_a_second_compare_on_one_folder_is_refused_and_the_first_finishes_clean(
     tmp_path, locking_training
 ):

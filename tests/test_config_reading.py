@@ -85,12 +85,12 @@ def test_train_reads_a_piped_config(tmp_path):
 
 
 def test_a_fifo_without_a_writer_is_one_line_after_the_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr(parse, "CONFIG_READ_TIMEOUT_S", 0.5)
+    monkeypatch.setenv("CONTRASTIVE_RLVR_PIPE_WAIT_S", "0.5")
     fifo = tmp_path / "config.fifo"
     os.mkfifo(fifo)
-    _one_line(_cli(["train", "--config", str(fifo)]), 2, "gave no data for 0.5 s")
+    _one_line(_cli(["train", "--config", str(fifo)]), 2, "nothing wrote to for 0.5 s")
     # with a writer that takes its time, the whole text arrives
-    monkeypatch.setattr(parse, "CONFIG_READ_TIMEOUT_S", 30.0)
+    monkeypatch.setenv("CONTRASTIVE_RLVR_PIPE_WAIT_S", "30")
 
     def writer() -> None:
         with fifo.open("w") as f:

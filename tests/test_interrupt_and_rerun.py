@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from contrastive_rlvr.checkpoints import checkpoint_problems
 from test_issue18_left import _tiny_run_args
 from transformers import PreTrainedModel
 from typer.testing import CliRunner
 
+from contrastive_rlvr.checkpoints import checkpoint_problems
 from contrastive_rlvr.cli import app
 from contrastive_rlvr.trainer.interrupts import continue_command
 

@@ -62,6 +62,7 @@ from typing import Any, Literal
 
 from datasets import Dataset
 
+from .pipe_input import refuse_non_regular
 from .rewards.extract import normalize_answer
 
 logger = logging.getLogger(__name__)
@@ -383,6 +384,34 @@ def _read_json(path: Path, skip_bad_rows: bool, fingerprint: dict[str, Any]) -> 
     return read
 
 
+def _csv_wheres(path: Path, rows: int) -> list[str]:
+    """Where each of the ``rows`` data rows of a csv file is, as an editor numbers its
+    lines: a quoted field may hold line breaks, so a row may span lines (``lines 3-5``).
+    Blank lines hold no row. When the count of rows read here is not the count
+    ``datasets`` read, rows are named by number instead (``row 2``), never by a wrong
+    line."""
+    import csv
+
+    spans: list[tuple[int, int]] = []
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        end = 0
+        try:
+            for record in reader:
+                start, end = end + 1, reader.line_num
+                if record:
+                    spans.append((start, end))
+        except csv.Error:
+            spans = []
+    spans = spans[1:]  # the header
+    if len(spans) != rows:
+        return [f"{path} row {i}" for i in range(1, rows + 1)]
+    return [
+        f"{path} line {start}" if start == end else f"{path} lines {start}-{end}"
+        for start, end in spans
+    ]
+
+
 def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         raise ValueError(
@@ -462,6 +491,8 @@ def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, sk
         wheres = [f"{path}[{split}] row {i}" for i in range(1, len(dataset) + 1)]
         return _Read(dataset, wheres, list(range(len(dataset))))
     if path.exists():
+        # A pipe would block its first reader until a writer came, and give its rows once.
+        refuse_non_regular(path, "dataset")
         _no_configs(path, hub_config, split, "a single file")
         if suffix not in _SUFFIXES:
             raise ValueError(
@@ -481,9 +512,10 @@ def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, sk
         else:
             builder = suffix[1:]
             dataset = _load_local(builder, path, cache_dir=content_cache_dir(builder, fingerprint))
-            # csv: line 1 is the header
-            first, unit = (2, "line") if suffix == ".csv" else (1, "row")
-            wheres = [f"{path} {unit} {i}" for i in range(first, first + len(dataset))]
+            if suffix == ".csv":
+                wheres = _csv_wheres(path, len(dataset))
+            else:
+                wheres = [f"{path} row {i}" for i in range(1, len(dataset) + 1)]
             read = _Read(dataset, wheres, list(range(len(dataset))))
         read.fingerprint = fingerprint
         return read

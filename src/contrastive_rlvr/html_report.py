@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -170,11 +171,11 @@ def _eval_section(results: dict) -> str:
 
 
 def _diagnostics_section(folder: Path) -> str:
-    from .plots import find_runs
+    from .plots import NoRunFolders, find_runs
 
     try:
         runs = find_runs([folder])
-    except ValueError:
+    except NoRunFolders:
         return ""
     keys = [k for k in DIAGNOSTIC_KEYS if any(r.series(k)[0].size for r in runs)]
     if not keys:
@@ -195,11 +196,11 @@ def _diagnostics_section(folder: Path) -> str:
 
 
 def _figures_section(folder: Path) -> str:
-    from .plots import find_runs, plot_runs
+    from .plots import NoRunFolders, find_runs, plot_runs
 
     try:
         find_runs([folder])
-    except ValueError:
+    except NoRunFolders:
         return ""
     with tempfile.TemporaryDirectory() as tmp:
         paths = plot_runs([folder], tmp)
@@ -211,21 +212,48 @@ def _figures_section(folder: Path) -> str:
     return "<h2>Curves and diagnostics</h2>" + "\n".join(images) if images else ""
 
 
+#: What a file of another tool or version can raise where a section reads it.
+_READ_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not JSON ({err})") from err
+
+
+def _section(path: Path, kind: str, build, data: object) -> str:  # noqa: ANN001
+    """``build(data)``; a file whose contents ``build`` cannot read (another tool's, or
+    another version's) is one ``ValueError`` naming it, not a traceback."""
+    try:
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not a mapping")
+        return build(data)
+    except _READ_ERRORS as err:
+        raise ValueError(
+            f"{path} is not {kind} this version of contrastive-rlvr can read "
+            f"({type(err).__name__}: {err})"
+        ) from err
+
+
 def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write the HTML page of ``folder`` (a compare folder, a run or an eval folder) to
-    ``out`` (default ``folder/report.html``); returns its path."""
+    ``out`` (default ``folder/report.html``); returns its path. A file in it that this
+    version cannot read is a ``ValueError`` naming it."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder")
     results_file, summary_file = folder / "results.json", folder / "summary.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else None
+    results = _read_json(results_file) if results_file.exists() else None
     sections = []
-    if results is not None and "rows" in results:
-        sections.append(_compare_section(results))
-    elif results is not None and "benchmarks" in results:
-        sections.append(_eval_section(results))
+    if isinstance(results, dict) and "rows" in results:
+        sections.append(_section(results_file, "a compare results file", _compare_section, results))
+    elif isinstance(results, dict) and "benchmarks" in results:
+        sections.append(_section(results_file, "an eval results file", _eval_section, results))
     if summary_file.exists():
-        sections.append(_run_section(json.loads(summary_file.read_text())))
+        summary = _read_json(summary_file)
+        sections.append(_section(summary_file, "a run summary", _run_section, summary))
     figures, diagnostics = _figures_section(folder), _diagnostics_section(folder)
     if not sections and not figures:
         raise ValueError(
@@ -242,5 +270,13 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     )
     out = Path(out) if out is not None else folder / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    # Through a temporary file renamed into place: a symbolic link planted at
+    # FOLDER/report.html is replaced, never written through.
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return out

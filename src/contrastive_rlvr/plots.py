@@ -19,7 +19,11 @@ several. One figure of each kind per recipe:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,31 @@ SMOOTH_SHARE = 1 / 30
 DPI = 120
 #: Smallest x range of a delta histogram (all-equal deltas would give zero-width bins).
 MIN_HIST_RANGE = 1e-3
+#: A recipe name used as it is in a file name: letters, digits, ``_ . + -``, no ``..``.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+#: What a foreign or broken run folder can raise where its contents are read.
+_READ_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError, yaml.YAMLError)
+
+
+class NoRunFolders(ValueError):
+    """No run folder (with metrics.jsonl) under the paths given."""
+
+
+def file_part(name: str) -> str:
+    """``name`` (read from a run folder: data, never a path) as part of a file name: itself
+    when it is a plain name (:data:`_PLAIN_NAME`), else its letters, digits and ``_+-``
+    with a short hash of the whole appended, so that it names a file in the figures folder
+    and nowhere else (no ``/``, no ``..``) and two names stay two files."""
+    if _PLAIN_NAME.match(name) and ".." not in name:
+        return name
+    kept = re.sub(r"[^A-Za-z0-9_+-]+", "_", name).strip("_")[:40] or "recipe"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{kept}-{digest}"
+
+
+def _title(recipe: str) -> str:
+    """The recipe's label in figure text (a ``$`` would start matplotlib's math mode)."""
+    return recipe_label(recipe).replace("$", r"\$")
 
 
 @dataclass
@@ -80,26 +109,75 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def load_run(path: str | Path) -> Run:
-    """A run folder (it must hold config.yaml or summary.json, and metrics.jsonl)."""
+    """A run folder (it must hold config.yaml or summary.json, and metrics.jsonl). What it
+    holds is checked as it is read: a folder of another tool, or one this version cannot
+    read, is a ``ValueError`` naming the folder and what is wrong, never a traceback."""
     path = Path(path)
+    try:
+        return _load_run(path)
+    except _READ_ERRORS as err:
+        detail = str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+        raise ValueError(
+            f"{path} is not a run folder this version of contrastive-rlvr can read ({detail})"
+        ) from err
+
+
+def _load_run(path: Path) -> Run:
     config_file, summary_file = path / "config.yaml", path / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+    if summary is not None and not isinstance(summary, dict):
+        raise ValueError(f"{summary_file.name} holds a {type(summary).__name__}, not a mapping")
     if config_file.exists():
         cfg = yaml.safe_load(config_file.read_text()) or {}
     elif summary is not None:
         cfg = summary
     else:
-        raise ValueError(f"{path} is not a run folder: no config.yaml or summary.json")
-    arm = next(a for a, flags in ARMS.items() if flags == (bool(cfg["bicc"]), bool(cfg["rcc"])))
+        raise ValueError("no config.yaml or summary.json")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"its config holds a {type(cfg).__name__}, not a mapping of fields")
+    kinds = {"recipe": str, "bicc": bool, "rcc": bool}
+    for name, kind in kinds.items():
+        if not isinstance(cfg.get(name), kind):
+            raise ValueError(f"its config has no {kind.__name__} {name!r} field")
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"its config's seed is {seed!r}, not an integer")
+    arm = next(a for a, flags in ARMS.items() if flags == (cfg["bicc"], cfg["rcc"]))
+    metrics = _read_jsonl(path / "metrics.jsonl")
+    deltas = _read_jsonl(path / "deltas.jsonl")
+    for name, rows in (("metrics.jsonl", metrics), ("deltas.jsonl", deltas)):
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row, dict) or not _is_int(row.get("step")):
+                raise ValueError(f"{name} row {number} is not a mapping with an integer step")
+    for number, row in enumerate(deltas, start=1):
+        if "delta" in row and not (
+            isinstance(row["delta"], list)
+            and isinstance(row.get("rewards"), list)
+            and len(row["rewards"]) == len(row["delta"])
+        ):
+            raise ValueError(f"deltas.jsonl row {number}: delta and rewards are not equal lists")
+    if summary is not None and not _has_heldout(summary):
+        summary = None  # no held-out values (another tool's file): no before/after markers
     return Run(
         path=path,
-        recipe=str(cfg["recipe"]),
+        recipe=cfg["recipe"],
         arm=arm,
-        seed=int(cfg.get("seed", 0)),
-        metrics=_read_jsonl(path / "metrics.jsonl"),
-        deltas=_read_jsonl(path / "deltas.jsonl"),
+        seed=seed,
+        metrics=metrics,
+        deltas=deltas,
         summary=summary,
     )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _has_heldout(summary: dict) -> bool:
+    """Whether a summary holds the held-out values (and step count) a figure reads."""
+    values = [summary.get(f"heldout_avg@n_{w}") for w in ("before", "after")]
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return numbers and (summary.get("steps") is None or _is_int(summary["steps"]))
 
 
 def find_runs(paths: Iterable[str | Path]) -> list[Run]:
@@ -115,12 +193,12 @@ def find_runs(paths: Iterable[str | Path]) -> list[Run]:
         found = sorted(m.parent for m in p.rglob("metrics.jsonl") if "sft-cache" not in m.parts)
         runs += [load_run(d) for d in found if "checkpoint-" not in d.name]
     if not runs:
-        raise ValueError(f"no run folder (with metrics.jsonl) under {', '.join(map(str, paths))}")
+        raise NoRunFolders(f"no run folder (with metrics.jsonl) under {', '.join(map(str, paths))}")
     return runs
 
 
 def _label(recipe: str, arm: str) -> str:
-    return recipe_label(recipe) + ARM_SUFFIX[arm]
+    return _title(recipe) + ARM_SUFFIX[arm]
 
 
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -171,9 +249,19 @@ def _seeds_note(runs: Sequence[Run]) -> str:
 
 
 def _finish(fig, path: Path) -> Path:  # noqa: ANN001
+    """Save ``fig`` as ``path`` through a temporary file renamed into place: a symbolic
+    link planted at ``path`` (the default figures folder is inside the run folder) is
+    replaced, never written through."""
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    # mkstemp: a new file of a random name (O_EXCL), so no planted link is followed either
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, dpi=DPI, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -198,13 +286,13 @@ def plot_curves(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
     ax_a.plot([], [], marker="o", ls="", color="gray", mfc="white", label="held-out, before RL")
     ax_a.plot([], [], marker="*", ms=12, ls="", color="gray", label="held-out, after RL")
     ax_r.set(xlabel="step", ylabel=f"mean reward (moving average, {window} steps)")
-    ax_r.set_title(f"{recipe_label(recipe)}: training reward")
+    ax_r.set_title(f"{_title(recipe)}: training reward")
     ax_a.set(xlabel="step", ylabel="accuracy")
-    ax_a.set_title(f"{recipe_label(recipe)}: training accuracy and held-out avg@n")
+    ax_a.set_title(f"{_title(recipe)}: training accuracy and held-out avg@n")
     for ax in (ax_r, ax_a):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    return _finish(fig, out / f"curves_{recipe}.png")
+    return _finish(fig, out / f"curves_{file_part(recipe)}.png")
 
 
 def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
@@ -221,10 +309,10 @@ def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
         return None
     ax.axhline(0, color="black", lw=0.7)
     ax.set(xlabel="step", ylabel=f"mean over groups of Cov(R, δ) (moving average, {window} steps)")
-    ax.set_title(f"{recipe_label(recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
+    ax.set_title(f"{_title(recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out / f"cov_{recipe}.png")
+    return _finish(fig, out / f"cov_{file_part(recipe)}.png")
 
 
 def phase_deltas(runs: Sequence[Run]) -> dict[str, dict[str, np.ndarray]]:
@@ -292,10 +380,10 @@ def plot_deltas(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
     fig.suptitle(
-        f"{recipe_label(recipe)}: δ of correct vs wrong completions "
+        f"{_title(recipe)}: δ of correct vs wrong completions "
         "(pooled over seeds and the steps of each window)"
     )
-    return _finish(fig, out / f"deltas_{recipe}.png")
+    return _finish(fig, out / f"deltas_{file_part(recipe)}.png")
 
 
 def gradvar_ratio_of_means(runs: Sequence[Run]) -> tuple[str, MeanCI | None]:
@@ -356,7 +444,7 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
     if positive and all(np.all(np.asarray(y) > 0) for y in positive):
         ax_v.set_yscale("log")  # the variances span orders of magnitude over training
     ax_v.set(xlabel="step", ylabel="Var over groups of projected gradient (mean of directions)")
-    ax_v.set_title(f"{recipe_label(recipe)}: gradient variance, same batch")
+    ax_v.set_title(f"{_title(recipe)}: gradient variance, same batch")
     ax_r.axhline(1.0, color="black", lw=0.7)
     ax_r.set(xlabel="step", ylabel="variance with RCC / without")
     ax_r.set_title("RCC / plain (< 1: RCC lowers the variance); dashed: ratio of means")
@@ -364,7 +452,7 @@ def plot_gradvar(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | N
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return _finish(fig, out / f"gradvar_{recipe}.png")
+    return _finish(fig, out / f"gradvar_{file_part(recipe)}.png")
 
 
 def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
@@ -379,23 +467,30 @@ def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Pat
         return None
     ax.axhline(0, color="black", lw=0.7)
     ax.set(xlabel="step", ylabel="mean ratio (correct) − mean ratio (wrong)")
-    ax.set_title(
-        f"{recipe_label(recipe)}: one update's sequence-ratio margin", fontsize=10
-    )
+    ax.set_title(f"{_title(recipe)}: one update's sequence-ratio margin", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out / f"ratio_margin_{recipe}.png")
+    return _finish(fig, out / f"ratio_margin_{file_part(recipe)}.png")
 
 
 def plot_runs(paths: Iterable[str | Path], out: str | Path) -> list[Path]:
-    """Every figure for the runs under ``paths``, written to ``out``; returns the files."""
+    """Every figure for the runs under ``paths``, written to ``out``; returns the files.
+    File names are built from the runs' recipes through :func:`file_part`, so every file
+    is written in ``out`` whatever a run folder's config.yaml says."""
     runs = find_runs(list(paths))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for recipe, arms in _groups(runs).items():
         for make in (plot_curves, plot_cov, plot_deltas, plot_gradvar, plot_ratio_margin):
-            path = make(recipe, arms, out)
+            try:
+                path = make(recipe, arms, out)
+            except _READ_ERRORS as err:
+                folders = ", ".join(str(r.path) for rs in arms.values() for r in rs)
+                raise ValueError(
+                    f"{make.__name__} could not draw the runs {folders} (values this version "
+                    f"of contrastive-rlvr cannot read: {type(err).__name__}: {err})"
+                ) from err
             if path is not None:
                 written.append(path)
     return written

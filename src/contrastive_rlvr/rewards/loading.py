@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 RewardFunction = Callable[..., list[float]]
+logger = logging.getLogger(__name__)
 
 
 def _builtin(name: str, options: dict[str, Any]) -> RewardFunction:
@@ -42,7 +45,29 @@ BUILTIN_REWARDS: tuple[str, ...] = ("math_verify", "format", "gym")
 
 
 def load_reward_function(spec: str) -> RewardFunction:
-    """Import ``module.path:function`` or ``file.py:function`` and return the callable."""
+    """Import ``module.path:function`` or ``file.py:function`` and return the callable.
+
+    A module that changes the working directory when imported is moved back (with a
+    warning): the run's relative paths (output_dir, the dataset, checkpoints) must keep
+    their meaning."""
+    cwd = os.getcwd()
+    try:
+        return _load(spec)
+    finally:
+        try:
+            moved = os.getcwd() != cwd
+        except FileNotFoundError:  # it removed the directory it moved to
+            moved = True
+        if moved:
+            logger.warning(
+                "reward %r changed the working directory when imported; changed back to %s",
+                spec,
+                cwd,
+            )
+            os.chdir(cwd)
+
+
+def _load(spec: str) -> RewardFunction:
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
         raise ValueError(

@@ -127,6 +127,10 @@ class MathVerifyReward:
     ``with`` block, or at interpreter exit.
     """
 
+    #: Every answer is checked under its own deadline (``timeout``, then the pool kills the
+    #: worker): the trainer's per-call ``reward_timeout`` is not applied on top.
+    own_deadline = True
+
     def __init__(
         self,
         timeout: int = 3,

@@ -32,6 +32,7 @@ import copy
 import logging
 import math
 import numbers
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,6 +41,8 @@ import torch
 from transformers import TrainerCallback
 
 from ..errors import UserError
+
+logger = logging.getLogger(__name__)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,10 @@ class NoTrainingSteps(RuntimeError):
     """The run ended without one optimizer step (too few training rows for a step)."""
 
 
+class RewardTimeoutError(UserError):
+    """A reward function call ran past ``reward_timeout``."""
+
+
 class RewardExitError(RuntimeError):
     """A reward function called ``sys.exit`` (or raised ``SystemExit``): the run stops with
     an error naming it, never with the exit code the function chose."""
@@ -98,15 +105,26 @@ def _check_policy(on_nonfinite: str) -> None:
 
 
 class GuardedReward:
-    """A reward function whose every output is checked (see the module docstring).
+    """A reward function whose every output is checked (see the module docstring), and
+    whose every call has a deadline of ``timeout`` seconds (None or 0: none; a function
+    with its own per-answer deadlines, ``own_deadline = True`` as math_verify's, is not
+    timed again): past it, :class:`RewardTimeoutError` names the function
+    (:mod:`~contrastive_rlvr.rewards.deadline`).
 
     Keeps the wrapped function's ``__name__`` (TRL's metric keys use it) and
     forwards other attributes to it.
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str, on_nonfinite: str = "error") -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        on_nonfinite: str = "error",
+        timeout: float | None = None,
+    ) -> None:
         _check_policy(on_nonfinite)
         self.fn, self.__name__, self.on_nonfinite = fn, name, on_nonfinite
+        self.timeout = None if getattr(fn, "own_deadline", False) else timeout
         self.nonfinite = 0  # values passed on as the marker (skip_group)
 
     def __getattr__(self, attr: str) -> Any:
@@ -120,15 +138,30 @@ class GuardedReward:
         # Each function gets its own copy of the rows: one that edits ``completions`` in
         # place must not change what the next function scores.
         rows = {k: v if k in _SHARED_KWARGS else copy.deepcopy(v) for k, v in kwargs.items()}
+        from ..rewards.deadline import DeadlineExceeded, call_with_deadline
+
+        cwd = os.getcwd()
         try:
-            out = self.fn(  # as TRL calls it
-                prompts=copy.deepcopy(prompts), completions=copy.deepcopy(completions), **rows
+            out = call_with_deadline(
+                lambda: self.fn(  # as TRL calls it
+                    prompts=copy.deepcopy(prompts), completions=copy.deepcopy(completions), **rows
+                ),
+                self.timeout,
+                label=f"reward function {name!r}",
             )
+        except DeadlineExceeded as err:
+            raise RewardTimeoutError(
+                f"reward function {name!r} did not return within reward_timeout="
+                f"{err.seconds:g} s (one call, {len(completions)} completions); fix what it "
+                "waits on, make it faster, or raise reward_timeout (0: no limit)"
+            ) from None
         except SystemExit as err:
             raise RewardExitError(
                 f"reward function {name!r} called sys.exit({err.code!r}): a reward function "
                 "must return one float (or None) per completion, not end the process"
             ) from err
+        finally:
+            _stay_in(cwd, name)
         if isinstance(out, torch.Tensor):
             out = out.detach().cpu().reshape(-1).tolist()
         if isinstance(out, str | bytes) or not isinstance(out, (Sequence, *_array_types())):
@@ -149,6 +182,7 @@ class GuardedReward:
                 continue
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
+            value = _numpy_scalar(value)  # numpy.bool_ is no numbers.Real: take its item
             if isinstance(value, str | bytes) or not isinstance(value, numbers.Real):
                 raise RewardTypeError(
                     f"reward function {name!r} returned {type(value).__name__} {_preview(value)} "
@@ -181,6 +215,33 @@ class GuardedReward:
         return values
 
 
+def _stay_in(cwd: str, name: str) -> None:
+    """Back to ``cwd`` when a reward function changed directory: the run's relative paths
+    (output_dir, checkpoints, the dataset) must keep their meaning."""
+    try:
+        now = os.getcwd()
+    except FileNotFoundError:  # it removed the directory it moved to
+        now = None
+    if now != cwd:
+        logger.warning(
+            "reward function %r changed the working directory to %s; changed back to %s",
+            name, now, cwd,
+        )  # fmt: skip
+        os.chdir(cwd)
+
+
+def _numpy_scalar(value: Any) -> Any:
+    """A numpy scalar (``numpy.bool_``, ``numpy.float32``, a 0-d array) as the Python value
+    it holds; anything else as it is."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        return value
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return value.item()
+    return value
+
+
 def _array_types() -> tuple[type, ...]:
     try:
         import numpy as np
@@ -191,10 +252,14 @@ def _array_types() -> tuple[type, ...]:
 
 
 def guard_reward(
-    fn: Callable[..., Any], name: str | None = None, on_nonfinite: str = "error"
+    fn: Callable[..., Any],
+    name: str | None = None,
+    on_nonfinite: str = "error",
+    timeout: float | None = None,
 ) -> Any:
-    """``fn`` wrapped in a :class:`GuardedReward`; reward models (``nn.Module``), async
-    functions and already guarded ones are returned as they are."""
+    """``fn`` wrapped in a :class:`GuardedReward` (``timeout``: its deadline per call);
+    reward models (``nn.Module``), async functions and already guarded ones are returned
+    as they are."""
     import inspect
 
     if isinstance(fn, GuardedReward | torch.nn.Module):
@@ -203,7 +268,7 @@ def guard_reward(
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call):
         return fn
     label = name or getattr(fn, "__name__", type(fn).__name__)
-    return GuardedReward(fn, label, on_nonfinite)
+    return GuardedReward(fn, label, on_nonfinite, timeout)
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -230,11 +295,14 @@ def unique_names(names: list[str]) -> list[str]:
     return out
 
 
-def guard_rewards(funcs: Any, on_nonfinite: str = "error") -> list:
+def guard_rewards(funcs: Any, on_nonfinite: str = "error", timeout: float | None = None) -> list:
     """Every callable of ``funcs`` (a list, or one function) through :func:`guard_reward`;
     what TRL loads itself (a reward model's id, a string) is left as it is."""
     funcs = list(funcs) if isinstance(funcs, list | tuple) else [funcs]
-    return [guard_reward(f, on_nonfinite=on_nonfinite) if callable(f) else f for f in funcs]
+    return [
+        guard_reward(f, on_nonfinite=on_nonfinite, timeout=timeout) if callable(f) else f
+        for f in funcs
+    ]
 
 
 @dataclass

@@ -46,9 +46,6 @@ def default_config_path() -> Path:
     return Path(str(resources.files("contrastive_rlvr.configs").joinpath(EMBEDDED_CONFIG)))
 
 
-#: Seconds a config file that is a pipe or FIFO may stay silent (no writer yet, or a
-#: writer that writes nothing) before the read is given up, naming the file.
-CONFIG_READ_TIMEOUT_S = 60.0
 #: Most values (scalars, lists and mappings, each alias counted as what it expands to) a
 #: YAML file of this project may hold: a few hundred in any real config; an alias bomb
 #: (a few hundred bytes) expands to billions.
@@ -62,9 +59,11 @@ class YAMLTooLarge(ValueError):
 
 def read_config_text(path: str | Path, what: str = "config file") -> str:
     """The text of a config file, read once: a regular file at once; a pipe or FIFO
-    (``--config <(...)``) until its writer closes it, waiting at most
-    :data:`CONFIG_READ_TIMEOUT_S` seconds for each piece (no writer: a one-line error)."""
+    (``--config <(...)``) until its writer closes it, with the deadline of
+    :func:`~contrastive_rlvr.pipe_input.read_config_text` (no writer: a one-line error)."""
     import stat as stat_module
+
+    from ..pipe_input import read_config_text as read_pipe
 
     path = Path(path)
     try:
@@ -73,7 +72,9 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
         raise ValueError(f"{what} {path} does not exist") from None
     if stat_module.S_ISDIR(mode):
         raise ValueError(f"{what} {path} is a directory: give a YAML file")
-    data = path.read_bytes() if stat_module.S_ISREG(mode) else _read_stream(path, what)
+    if not stat_module.S_ISREG(mode):
+        return read_pipe(path, what)
+    data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -81,35 +82,6 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
             f"{what} {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
             f"{err.start}); save it as UTF-8"
         ) from err
-
-
-def _read_stream(path: Path, what: str) -> bytes:
-    """Everything a pipe or FIFO gives until its writer closes it; a silence longer than
-    :data:`CONFIG_READ_TIMEOUT_S` raises (opened non-blocking: a FIFO with no writer
-    would otherwise block the open itself, for ever)."""
-    import os
-    import select
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP)
-        chunks = []
-        while True:
-            if not poller.poll(CONFIG_READ_TIMEOUT_S * 1000):
-                raise ValueError(
-                    f"{what} {path} gave no data for {CONFIG_READ_TIMEOUT_S:g} s (a pipe or "
-                    "FIFO with no writer?); write the config to a file and pass that"
-                )
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue  # woken with nothing to read yet
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 def safe_yaml(text: str) -> object:

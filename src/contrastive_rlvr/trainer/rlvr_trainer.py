@@ -98,7 +98,11 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
         model = load_named_model(model, args, rest, kwargs)
-        fns = guard_rewards(with_overlong_penalty(reward_funcs or [], args), args.nonfinite_rewards)
+        fns = guard_rewards(
+            with_overlong_penalty(reward_funcs or [], args),
+            args.nonfinite_rewards,
+            args.reward_timeout,
+        )
         super().__init__(model, fns, args, *rest, **kwargs)  # no rewards: environments score
         follow_log_level(self.args.get_process_log_level())  # as Trainer does for its own
         config: RLVRConfig = self.args

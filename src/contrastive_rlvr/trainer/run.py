@@ -148,7 +148,13 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
         tokenizer=tokenizer,
         train=train,
         heldout=heldout,
-        rewards=[guard_reward(arithmetic_reward, on_nonfinite=config.nonfinite_rewards)],
+        rewards=[
+            guard_reward(
+                arithmetic_reward,
+                on_nonfinite=config.nonfinite_rewards,
+                timeout=config.reward_timeout,
+            )
+        ],
         evaluate=evaluate,
     )
 
@@ -329,7 +335,10 @@ def _custom(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(split.train)
     check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
-    rewards = [guard_reward(fn, on_nonfinite=config.nonfinite_rewards) for fn in checked.rewards]
+    rewards = [
+        guard_reward(fn, on_nonfinite=config.nonfinite_rewards, timeout=config.reward_timeout)
+        for fn in checked.rewards
+    ]
     log_field_mapping(loaded)
     which = heldout_reward_index(config)
     start_log.info(

@@ -3,6 +3,7 @@ what a run does with non-finite numbers (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -211,6 +212,14 @@ class DataOptions:
             "advantage and no gradient, counted as reward/skipped_groups."
         },
     )
+    reward_timeout: float = field(
+        default=600.0,
+        metadata={
+            "help": "Seconds one call of a reward function (one batch of completions) may "
+            "take; past it the run stops with an error naming the function. 0: no limit. "
+            "math_verify is not timed again: it checks each answer under its own deadline."
+        },
+    )
     rollback_snapshot_max_bytes: int = field(
         default=DEFAULT_SNAPSHOT_BYTES,
         metadata={
@@ -395,6 +404,12 @@ class DataOptions:
             "nonfinite_rewards",
             self.nonfinite_rewards,
             f"choose one of {', '.join(NONFINITE_POLICIES)}",
+        )
+        check(
+            math.isfinite(self.reward_timeout) and self.reward_timeout >= 0,
+            "reward_timeout",
+            self.reward_timeout,
+            "must be a number of seconds >= 0 (0: no limit)",
         )
         check(
             self.rollback_snapshot_max_bytes >= 0,
