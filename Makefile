@@ -35,7 +35,7 @@ setup: $(STAMP)
 
 test: $(STAMP) $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
-	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/test_verl_*.py
+	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/scale_out/
 
 demo: $(STAMP)
 	$(VENV)/bin/contrastive-rlvr train

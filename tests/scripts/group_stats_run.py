@@ -1,5 +1,5 @@
 """Run 2 steps of GRPO + BiCC + RCC with deterministic completions and dump the group
-statistics of every step (used by tests/test_trainer_multiprocess.py, launched with
+statistics of every step (used by tests/trainer/test_multiprocess.py, launched with
 one process or with ``accelerate launch --num_processes 2``)."""
 
 from __future__ import annotations

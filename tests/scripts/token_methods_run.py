@@ -1,6 +1,7 @@
 """Run 2 steps with each token-level method (VeriGate, ReCo, OC-GRPO) on fixed completions and dump,
-per process, what each step's scored batch holds (used by tests/test_trainer_seed_methods.py,
-launched with one process or with ``torch.distributed.run --nproc_per_node 2``).
+per process, what each step's scored batch holds (used by
+tests/trainer/test_token_methods_in_trainer.py, launched with one process or with
+``torch.distributed.run --nproc_per_node 2``).
 Arguments: model_dir out_dir plan (e.g. ``verigate:4,reco:4,oc_grpo:8``).
 
 Writes ``<out_dir>/<method>_rank<i>.json``: per step, the local rows' prompts, rewards,

@@ -9,7 +9,7 @@ that re-rendering a chat prompt reproduces the ids the rows were generated
 from, and the token ids stripped from quoted attempts (:func:`end_token_ids`).
 The TRL stage (``trainer/stages/bicc.py``) and the verl trainer
 (``integrations/verl/trainer.py``) both call :meth:`BiCCRowBuilder.build`, so a
-row means the same on either engine (tests/test_verl_parity.py).
+row means the same on either engine (tests/scale_out/test_verl_parity.py).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, P
 checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
 built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
 and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
-hooks (private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``, the
-token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
+hooks (private API of the pinned TRL; each is covered by ``tests/trainer/test_trl_hooks.py``, the
+token-level methods' wiring by ``tests/trainer/test_token_methods_in_trainer.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.
@@ -18,7 +18,8 @@ token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
-  run in one forward encoding each prompt once (:class:`.PromptSharing`; tests/test_sharing.py).
+  run in one forward encoding each prompt once (:class:`.PromptSharing`;
+  tests/shared_forward/test_sharing.py).
 - ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
   TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
