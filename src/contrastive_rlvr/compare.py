@@ -357,7 +357,7 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
                 _worker(argv)
             except KeyboardInterrupt:
                 raise
-            except BaseException:  # noqa: BLE001 - a failed run is recorded, the matrix goes on
+            except BaseException:
                 traceback.print_exc(file=f)
                 return 1
     return 0
@@ -397,7 +397,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
     }
 
 
-def _reading_key(cfg) -> dict:  # noqa: ANN001
+def _reading_key(cfg) -> dict:
     """What a reading warm start also depends on: its target rule and the BiCC context
     its demonstrations are cut to."""
     from .trainer.run import embedded_sft_context_budget
@@ -540,7 +540,7 @@ def _interrupted(run: RunSpec) -> RunResult:
     return RunResult(run, "interrupted", error=message)
 
 
-def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  # noqa: ANN001
+def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:
     """Build the warm starts (in this thread for jobs=1); seed -> error message."""
 
     def build(seed: int) -> str | None:
@@ -566,7 +566,7 @@ def _raise_ctrl_c(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _sigterm_as_ctrl_c():  # noqa: ANN202
+def _sigterm_as_ctrl_c():
     """SIGTERM (``kill``, a job scheduler) stops the matrix as Ctrl-C does, so that the
     children are stopped with it instead of left running; returns the previous handler
     (None off the main thread, where no handler can be set)."""
@@ -575,7 +575,7 @@ def _sigterm_as_ctrl_c():  # noqa: ANN202
     return signal.signal(signal.SIGTERM, _raise_ctrl_c)
 
 
-def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
+def run_compare(spec: CompareSpec, *, echo=print) -> dict:
     """Run the matrix (finished runs skipped), then write results.md and results.json.
 
     The config YAML is copied to ``OUT/base-config.yaml`` first and every run reads

@@ -263,7 +263,7 @@ def _load_local(builder: str, path: Path, **kwargs: Any) -> Dataset:
 
     try:
         return load_dataset(builder, data_files=str(path), split="train", **kwargs)
-    except Exception as err:  # noqa: BLE001 - any reader failure is the file's, named in one line
+    except Exception as err:
         raise _datasets_error(path, err) from err
 
 
@@ -336,7 +336,7 @@ def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
 
     try:
         return load_dataset(name, config, split=split)
-    except Exception as err:  # noqa: BLE001 - a name, config or split that is not there
+    except Exception as err:
         raise _datasets_error(f"{name!r} (config {config!r}, split {split!r})", err) from err
 
 

@@ -81,7 +81,7 @@ def check_hub_reachable(model: str) -> None:
         return
     try:
         model_info(model, timeout=HUB_TIMEOUT_S)
-    except Exception as err:  # noqa: BLE001 - any failure to reach it is the user's to fix
+    except Exception as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise UserError(
             f"model={model!r} is not in the Hugging Face cache and the Hub cannot give it "

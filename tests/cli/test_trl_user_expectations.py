@@ -224,13 +224,13 @@ class _FakeHub:
         self.created: list[str] = []
         self.uploads: list[dict] = []
 
-    def create_repo(self, repo_id, **kwargs):  # noqa: ANN001, ANN201
+    def create_repo(self, repo_id, **kwargs):
         from types import SimpleNamespace
 
         self.created.append(repo_id)
         return SimpleNamespace(repo_id=f"someone/{repo_id}")
 
-    def upload_folder(self, *, folder_path, repo_id, **kwargs):  # noqa: ANN001, ANN201
+    def upload_folder(self, *, folder_path, repo_id, **kwargs):
         import hashlib
 
         folder = Path(folder_path)
@@ -276,7 +276,7 @@ def test_push_to_hub_uploads_the_final_model_once_at_the_end(tmp_path, monkeypat
 def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     import contrastive_rlvr.trainer.run as run_module
 
-    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def no_model(*args, **kwargs):
         raise AssertionError("the model started loading")
 
     monkeypatch.setattr(run_module, "load_run_inputs", no_model)
@@ -301,7 +301,7 @@ def test_quantization_without_bitsandbytes_is_refused_before_the_model_loads(
 
     import contrastive_rlvr.trainer.run as run_module
 
-    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def no_model(*args, **kwargs):
         raise AssertionError("the model started loading")
 
     real_find_spec = importlib.util.find_spec
@@ -370,7 +370,7 @@ def builders(monkeypatch):
     seen: list[str] = []
     real = datasets.load_dataset
 
-    def spy(path, *args, **kwargs):  # noqa: ANN001, ANN202
+    def spy(path, *args, **kwargs):
         seen.append(path)
         return real(path, *args, **kwargs)
 

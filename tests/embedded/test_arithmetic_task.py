@@ -6,11 +6,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import random  # noqa: E402
+import random
 
-import pytest  # noqa: E402
+import pytest
 
-from contrastive_rlvr.embedded.task import (  # noqa: E402
+from contrastive_rlvr.embedded.task import (
     ERROR_DELTAS,
     Problem,
     TaskConfig,

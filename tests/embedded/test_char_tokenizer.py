@@ -6,12 +6,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast
 
-from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
-from contrastive_rlvr.embedded.tokenizer import (  # noqa: E402
+from contrastive_rlvr.algorithms import BiCCTemplate
+from contrastive_rlvr.embedded.tokenizer import (
     bicc_phrases,
     build_char_tokenizer,
     load_char_tokenizer,

@@ -6,22 +6,22 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import json  # noqa: E402
+import json
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
+import pytest
+import torch
+from datasets import Dataset
 
-from contrastive_rlvr.embedded import build_embedded_default  # noqa: E402
-from contrastive_rlvr.embedded.evaluate import (  # noqa: E402
+from contrastive_rlvr.embedded import build_embedded_default
+from contrastive_rlvr.embedded.evaluate import (
     heldout_accuracy,
     heldout_correctness,
     max_completion_tokens,
     sample_completions,
 )
-from contrastive_rlvr.embedded.model import build_tiny_model  # noqa: E402
-from contrastive_rlvr.embedded.task import Problem, parse_prompt, to_dataset  # noqa: E402
-from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer, load_char_tokenizer  # noqa: E402
+from contrastive_rlvr.embedded.model import build_tiny_model
+from contrastive_rlvr.embedded.task import Problem, parse_prompt, to_dataset
+from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer, load_char_tokenizer
 
 torch.set_num_threads(1)
 

@@ -6,23 +6,23 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import math  # noqa: E402
-import random  # noqa: E402
+import math
+import random
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from contrastive_rlvr.algorithms import BiCCTemplate, build_bicc_prompts  # noqa: E402
-from contrastive_rlvr.embedded.sft import (  # noqa: E402
+from contrastive_rlvr.algorithms import BiCCTemplate, build_bicc_prompts
+from contrastive_rlvr.embedded.sft import (
     WarmStartConfig,
     context_demonstration,
     context_prompt,
 )
-from contrastive_rlvr.embedded.task import (  # noqa: E402
+from contrastive_rlvr.embedded.task import (
     chain_answer,
     parse_prompt,
 )
-from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer  # noqa: E402
+from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 
 torch.set_num_threads(1)
 

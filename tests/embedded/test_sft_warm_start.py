@@ -6,13 +6,13 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import math  # noqa: E402
+import math
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from contrastive_rlvr.embedded.model import build_tiny_model  # noqa: E402
-from contrastive_rlvr.embedded.sft import (  # noqa: E402
+from contrastive_rlvr.embedded.model import build_tiny_model
+from contrastive_rlvr.embedded.sft import (
     IGNORE_INDEX,
     WarmStartConfig,
     collate,
@@ -20,8 +20,8 @@ from contrastive_rlvr.embedded.sft import (  # noqa: E402
     lr_factor,
     sft_warm_start,
 )
-from contrastive_rlvr.embedded.task import make_datasets  # noqa: E402
-from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer  # noqa: E402
+from contrastive_rlvr.embedded.task import make_datasets
+from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 
 torch.set_num_threads(1)
 

@@ -6,11 +6,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from contrastive_rlvr.embedded.model import build_tiny_model  # noqa: E402
-from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer  # noqa: E402
+from contrastive_rlvr.embedded.model import build_tiny_model
+from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 
 
 @pytest.fixture(scope="module")

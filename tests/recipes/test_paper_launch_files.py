@@ -29,7 +29,7 @@ PAPER_MODELS = {"Qwen/Qwen3-4B-Instruct-2507", "microsoft/Phi-4-mini-instruct"}
 PAPER_BENCHMARKS = "math500,amc23,aime24,aime25"
 
 
-def key_paths(tree, prefix=()):  # noqa: ANN001, ANN201
+def key_paths(tree, prefix=()):
     if isinstance(tree, dict):
         for key, value in tree.items():
             yield prefix + (key,)

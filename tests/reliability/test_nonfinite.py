@@ -324,7 +324,7 @@ def test_guarded_reward_is_called_by_keyword_as_trl_calls_it():
     # `completions` (as TRL's own examples do) must keep working once guarded.
     from contrastive_rlvr.trainer.guards import guard_reward
 
-    def length_reward(completions, **kwargs):  # noqa: ANN001, ANN003
+    def length_reward(completions, **kwargs):
         return [float(len(c)) for c in completions]
 
     guarded = guard_reward(length_reward)

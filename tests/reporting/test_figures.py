@@ -113,7 +113,7 @@ class _Page(HTMLParser):
         self.text: list[str] = []
         self._cell: list[str] | None = None
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+    def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "table":
             self.tables.append([])
@@ -127,12 +127,12 @@ class _Page(HTMLParser):
             if key in attrs and not str(attrs[key]).startswith("data:"):
                 self.external.append(attrs[key])
 
-    def handle_endtag(self, tag):  # noqa: ANN001
+    def handle_endtag(self, tag):
         if tag in ("td", "th") and self._cell is not None:
             self.tables[-1][-1].append("".join(self._cell).strip())
             self._cell = None
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         self.text.append(data)
         if self._cell is not None:
             self._cell.append(data)

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("verl")
 
-from omegaconf import OmegaConf  # noqa: E402
-from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from omegaconf import OmegaConf
+from verl.utils.config import omega_conf_to_dataclass
 
-from contrastive_rlvr.algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE  # noqa: E402
-from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
+from contrastive_rlvr.algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
 
 TARGET = "contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig"
 # docs/bicc.md "Ratio mode per recipe", written out by hand, by verl loss name; verl's own

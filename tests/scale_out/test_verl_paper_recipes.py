@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("verl")
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
-from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
+from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
-from contrastive_rlvr.integrations.verl.trainer import check_settings  # noqa: E402
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
+from contrastive_rlvr.integrations.verl.trainer import check_settings
 
 PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper" / "verl"
 NAMES = sorted(p.stem for p in PAPER.glob("*.yaml"))

@@ -20,16 +20,16 @@ import pytest
 
 pytest.importorskip("verl")
 
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from transfer_queue import KVBatchMeta  # noqa: E402
-from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
-from verl_fakes import FakeTQ  # noqa: E402
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import trainer_base
+from verl_fakes import FakeTQ
 
-from contrastive_rlvr.algorithms import sequence_delta  # noqa: E402
-from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
-from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings  # noqa: E402
+from contrastive_rlvr.algorithms import sequence_delta
+from contrastive_rlvr.integrations.verl import trainer as trainer_module
+from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -14,19 +14,19 @@ import pytest
 
 pytest.importorskip("verl")
 
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from transfer_queue import KVBatchMeta  # noqa: E402
-from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
-from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
-from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: E402
-from verl_fakes import FakeTQ  # noqa: E402
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.trainer.ppo.v1 import trainer_base
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verl_fakes import FakeTQ
 
-from contrastive_rlvr.algorithms import BiCCTemplate  # noqa: E402
-from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
-from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
-from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings  # noqa: E402
+from contrastive_rlvr.algorithms import BiCCTemplate
+from contrastive_rlvr.integrations.verl import trainer as trainer_module
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
+from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings
 
 torch.set_num_threads(1)
 

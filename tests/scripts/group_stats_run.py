@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer_utils import GROUP, make_config, make_trainer  # noqa: E402
+from trainer_utils import GROUP, make_config, make_trainer
 
-from contrastive_rlvr.trainer import RLVRTrainer  # noqa: E402
+from contrastive_rlvr.trainer import RLVRTrainer
 
 COMPLETIONS = ["12+3=15", "12+3=16", "9+9=18", "7+1=8"]
 

@@ -20,11 +20,11 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer_utils import GROUP, make_config  # noqa: E402
+from trainer_utils import GROUP, make_config
 
-from contrastive_rlvr.embedded import load_char_tokenizer  # noqa: E402
-from contrastive_rlvr.trainer import RLVRTrainer  # noqa: E402
-from contrastive_rlvr.trainer.batching import unpad  # noqa: E402
+from contrastive_rlvr.embedded import load_char_tokenizer
+from contrastive_rlvr.trainer import RLVRTrainer
+from contrastive_rlvr.trainer.batching import unpad
 
 # "9+9=18" twice: every group holds a duplicate (ReCo weights 1/2), split across processes
 # when a group is.

@@ -89,10 +89,10 @@ def test_rcc_bound_from_the_config_through_the_built_pipeline(tmp_path, bound, e
     batch = make_batch([[1]] * 4, [[5, 6]] * 4, [1, 0, 0, 0])
     delta = torch.tensor([0.0, 0.0, 0.0, 5.0])
 
-    def policy(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+    def policy(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
         return torch.full(completion_ids.shape, -1.0)
 
-    def reference(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+    def reference(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
         # log pi_ref = log pi_old - delta on every token, so the token mean is delta.
         return policy(prompt_ids, prompt_mask, completion_ids, completion_mask) - delta[:, None]
 

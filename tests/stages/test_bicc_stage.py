@@ -34,7 +34,7 @@ def stage(**overrides) -> ConditionedPrompts:
     return ConditionedPrompts(TEMPLATE, **values)
 
 
-def rows(ids, mask):  # noqa: ANN001
+def rows(ids, mask):
     return [r[m.bool()].tolist() for r, m in zip(ids, mask, strict=True)]
 
 
@@ -120,7 +120,7 @@ def test_the_budget_comes_from_the_batch_and_a_tiny_one_warns(caplog):
 # ----------------------------------------------------------------------------- chat prompts
 
 
-def char_render(messages) -> list[int]:  # noqa: ANN001
+def char_render(messages) -> list[int]:
     """A stand-in chat template over characters: ``<role initial>content|`` per message,
     then the generation header ``A:``."""
     text = "".join(f"<{m['role'][0]}>{m['content']}|" for m in messages) + "A:"
@@ -130,7 +130,7 @@ def char_render(messages) -> list[int]:  # noqa: ANN001
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
 
 
-def chat_batch(rewards=(1, 0), prompts=None):  # noqa: ANN001
+def chat_batch(rewards=(1, 0), prompts=None):
     """G = 2: row 0 "a" and row 1 "bc", prompt ids rendered from MESSAGES."""
     plain = char_render(MESSAGES)
     batch = make_batch([plain, plain], [[ord("a")], [ord("b"), ord("c")]], list(rewards))
@@ -139,7 +139,7 @@ def chat_batch(rewards=(1, 0), prompts=None):  # noqa: ANN001
     return batch
 
 
-def decoded(batch) -> list[str]:  # noqa: ANN001
+def decoded(batch) -> list[str]:
     got = rows(batch.data["bicc_prompt_ids"], batch.data["bicc_prompt_mask"])
     return ["".join(map(chr, r)) for r in got]
 
@@ -172,7 +172,7 @@ def test_chat_placement_refuses_what_it_cannot_do():
             chat_batch(prompts=[{"prompt": MESSAGES}]), ctx
         )
 
-    def other_template(messages):  # noqa: ANN001
+    def other_template(messages):
         return char_render(messages)[:-1]  # not what the prompt ids were rendered with
 
     with pytest.raises(ValueError, match="differ from the 12 prompt tokens"):

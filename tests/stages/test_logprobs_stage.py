@@ -9,7 +9,7 @@ from stage_utils import context, make_batch
 from contrastive_rlvr.trainer.stages import LogProbPasses
 
 
-def reference_logps(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+def reference_logps(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
     return torch.full(completion_ids.shape, -1.0)
 
 

@@ -66,14 +66,14 @@ def test_a_mask_of_another_batch_is_refused():
         stage(batch_with_skipped_group(), ctx)
 
 
-def _pipeline(resample) -> Pipeline:  # noqa: ANN001
+def _pipeline(resample) -> Pipeline:
     skip = SkipNonFiniteGroups(lambda: SKIPPED, hold_for_resampling=True, threshold=0.5)
     advantages = Advantages(get_recipe("dr_grpo"), rcc=False, rcc_coef=0.0, eps=1e-6)
     return Pipeline([skip, resample, RestoreSkippedRewards(), RowRewards(), advantages])
 
 
 def test_the_hinted_round_does_not_take_a_skipped_group_for_an_all_fail_one():
-    def generate(rows):  # noqa: ANN001, ANN202
+    def generate(rows):
         raise AssertionError(f"a hinted round was sampled for {[r['prompt'] for r in rows]}")
 
     hinted = HintedRound(
@@ -95,7 +95,7 @@ def test_dynamic_sampling_keeps_a_skipped_group_and_replaces_a_collapsed_one():
     batch.rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])  # group 0 collapsed, group 1 skipped
     fresh = []
 
-    def generate(rows):  # noqa: ANN001, ANN202
+    def generate(rows):
         fresh.append(len(rows))
         ids, mask = left_pad([[ord("s")]] * len(rows))
         completion_ids, completion_mask = right_pad([[9], [4]] * (len(rows) // 2))

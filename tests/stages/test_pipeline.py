@@ -12,10 +12,10 @@ from contrastive_rlvr.trainer.stages import Pipeline, RunFacts, build_stages
 
 
 class Append:
-    def __init__(self, name: str, reads=(), writes=()) -> None:  # noqa: ANN001
+    def __init__(self, name: str, reads=(), writes=()) -> None:
         self.name, self.reads, self.writes = name, reads, writes
 
-    def __call__(self, batch, ctx):  # noqa: ANN001
+    def __call__(self, batch, ctx):
         batch.shared.setdefault("order", []).append(self.name)
         return batch
 
@@ -36,7 +36,7 @@ def test_a_read_nothing_writes_fails_when_built():
     Pipeline([Append("b", reads=("shared.x?",))])  # an optional read is fine
 
 
-def names(tmp_path, has_reference=False, **fields):  # noqa: ANN001
+def names(tmp_path, has_reference=False, **fields):
     cfg = RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=4, log_delta=False,
         beta=0.0, max_completion_length=8, **fields,

@@ -69,7 +69,7 @@ def test_expected_weights_on_local_rows_with_trls_old_logps_and_sums_over_proces
     batch, old = expected_batch()
     batch.data["old_per_token_logps"] = old
 
-    def no_forward(*args, **kwargs):  # noqa: ANN002, ANN003
+    def no_forward(*args, **kwargs):
         raise AssertionError("pi_old was in the batch; no forward should run")
 
     # The other process's sums, as if its rows were weighted the same.

@@ -12,7 +12,7 @@ from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.run import SFT_DIR, load_run_inputs
 
 
-def _settings(out):  # noqa: ANN001, ANN202
+def _settings(out):
     return json.loads((out / SFT_DIR / "embedded_settings.json").read_text())
 
 

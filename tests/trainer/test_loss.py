@@ -25,7 +25,7 @@ from contrastive_rlvr.trainer.loss import (
 )
 
 
-def config(tmp_path, **fields) -> RLVRConfig:  # noqa: ANN001
+def config(tmp_path, **fields) -> RLVRConfig:
     return RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=2, max_completion_length=8,
         beta=0.0, **fields,
@@ -64,7 +64,7 @@ def test_the_config_picks_the_pass_and_the_objective(tmp_path):
 def test_trl_loss_reads_the_conditioned_prompt():
     seen, kinds = [], []
 
-    def trl_loss(model, inputs, conditioned=False, on_logps=None):  # noqa: ANN001
+    def trl_loss(model, inputs, conditioned=False, on_logps=None):
         assert on_logps is None  # no RCC: TRL's own advantages
         seen.append(inputs)
         kinds.append(conditioned)  # the trainer's forward is told which prompts it reads
@@ -98,7 +98,7 @@ def test_tool_tokens_get_no_gradient_in_the_project_loss():
     )
 
     # Through a loss: the token under tool_mask 0 carries no gradient.
-    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
         assert completion_mask.tolist() == [[1.0, 1.0, 0.0]]  # the forward keeps the full mask
         return logp
 
@@ -163,14 +163,14 @@ class SumObjective:
     def __init__(self, masked: bool = False) -> None:
         self.masked = masked
 
-    def __call__(self, logp, inputs, ctx, *, plain=False):  # noqa: ANN001
+    def __call__(self, logp, inputs, ctx, *, plain=False):
         if self.masked:
             logp = logp * inputs["completion_mask"]
         return logp.sum() * (10.0 if plain else 1.0), {}
 
 
 def test_mixed_loss_weights_the_two_prompts():
-    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
         # 1 per token on the conditioned prompt (ids 9), 2 on the plain one (ids 1).
         assert share_prefix == bool((prompt_ids == 9).all())
         return torch.full(completion_ids.shape, 1.0 if share_prefix else 2.0)
@@ -191,7 +191,7 @@ def test_mixed_loss_weights_the_two_prompts():
 def test_conspo_mix_is_the_same_loss_on_both_prompts():
     from contrastive_rlvr.algorithms import conspo_loss
 
-    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+    def logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
         # Row-dependent values so that ConSPO's scores differ between the two prompts.
         base = torch.tensor([[-0.5], [-2.0]]) * (1.0 if share_prefix else 3.0)
         return base.expand(-1, completion_ids.size(1)).clone()
@@ -277,7 +277,7 @@ def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, 
     assert isinstance(loss.objective, PolicyObjective)
     seen = {}
 
-    def capture(name, logp, old, advantages, mask, **options):  # noqa: ANN001, ANN003
+    def capture(name, logp, old, advantages, mask, **options):
         seen["advantages"] = advantages
         return logp.sum() * 0, {}
 
@@ -295,7 +295,7 @@ def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, 
     torch.testing.assert_close(seen["advantages"], torch.tensor(expected))
 
 
-def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):  # noqa: ANN001
+def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):
     """BiCC's loss with RCC's sampling reference (Dr.GRPO, b* unbounded), and the
     advantages every ``policy_loss`` call received."""
     import contrastive_rlvr.trainer.loss as loss_module
@@ -309,7 +309,7 @@ def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):  # noqa: ANN001
     loss = build_loss(cfg, get_recipe("dr_grpo"))
     seen = []
 
-    def capture(name, logp, old, advantages, mask, **options):  # noqa: ANN001, ANN003
+    def capture(name, logp, old, advantages, mask, **options):
         seen.append(advantages)
         return logp.sum() * 0, {}
 
@@ -326,11 +326,11 @@ CORRECTED = [1.375, 0.375, 0.375, 0.375]
 
 def _bicc_logps(
     model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False
-):  # noqa: ANN001, E501
+):
     return (CONDITIONED if share_prefix else PLAIN).clone().requires_grad_()
 
 
-def _bicc_inputs(**extra):  # noqa: ANN003
+def _bicc_inputs(**extra):
     return {
         "prompt_ids": torch.ones(4, 1, dtype=torch.long),
         "prompt_mask": torch.ones(4, 1),

@@ -9,7 +9,7 @@ from contrastive_rlvr.trainer import RLVRConfig
 from contrastive_rlvr.trainer.trl_settings import project_loss_reason, uses_trl_loss
 
 
-def config(tmp_path, **fields) -> RLVRConfig:  # noqa: ANN001
+def config(tmp_path, **fields) -> RLVRConfig:
     values = dict(output_dir=str(tmp_path), report_to="none", num_generations=4)
     values.update(per_device_train_batch_size=4, max_completion_length=8)
     return RLVRConfig(**{**values, **fields})

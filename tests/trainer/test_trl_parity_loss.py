@@ -66,7 +66,7 @@ def trainer_loss(trainer, inputs: dict) -> tuple[float, torch.Tensor]:
     return loss.item(), grad
 
 
-def core_loss(trainer, inputs: dict, name: str, mask=None, prompt="prompt", **options):  # noqa: ANN001
+def core_loss(trainer, inputs: dict, name: str, mask=None, prompt="prompt", **options):
     trainer.model.zero_grad()
     logp = current_logps(trainer, inputs, prompt)
     mask = inputs["completion_mask"] if mask is None else mask
@@ -79,7 +79,7 @@ def core_loss(trainer, inputs: dict, name: str, mask=None, prompt="prompt", **op
     return loss.item(), grad
 
 
-def build(model_dir, tmp_path, **fields):  # noqa: ANN001
+def build(model_dir, tmp_path, **fields):
     config = make_config(tmp_path, per_device_train_batch_size=B, max_completion_length=T, **fields)
     trainer = make_trainer(model_dir, config)
     trainer.model.train()

@@ -167,7 +167,7 @@ class BiCCRowBuilder:
         )
         return built, budget
 
-    def _chat_inputs(self, prompt_ids, messages, render, decode) -> dict:  # noqa: ANN001
+    def _chat_inputs(self, prompt_ids, messages, render, decode) -> dict:
         """``prompt_messages``, ``decode`` and ``render`` for the user-turn placement; {} when
         the prompts are text or the placement is a token-level one."""
         if not self.needs_chat(messages is not None):

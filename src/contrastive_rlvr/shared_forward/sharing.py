@@ -81,7 +81,7 @@ class PromptSharing:
         self._proven: set[int] = set()  # models whose packed form passed its probe
 
     @classmethod
-    def from_config(cls, cfg, num_processes: int) -> PromptSharing:  # noqa: ANN001
+    def from_config(cls, cfg, num_processes: int) -> PromptSharing:
         """From an :class:`~.config.RLVRConfig`: ``share_prefix`` counts with BiCC on."""
         return cls(
             conditioned=bool(cfg.bicc and cfg.share_prefix),

@@ -45,5 +45,5 @@ class EpochAlignedResume:
     :class:`EpochAlignedSampler` (tests/reliability/test_fault_scenarios.py resumes past two
     epochs and compares the weights bit for bit)."""
 
-    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
+    def _get_train_sampler(self, dataset=None):
         return EpochAlignedSampler.from_sampler(super()._get_train_sampler(dataset))

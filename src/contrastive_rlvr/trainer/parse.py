@@ -82,7 +82,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last
     silently, so the first value would be ignored without a word)."""
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
+    def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)

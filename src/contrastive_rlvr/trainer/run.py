@@ -573,7 +573,7 @@ def _weights_only(problems: list[str]) -> bool:
     )
 
 
-def _distributed_state(config: RLVRConfig):  # noqa: ANN202
+def _distributed_state(config: RLVRConfig):
     """accelerate's process state of the run, as TrainingArguments sets it up (the process
     group of a torchrun launch is made here, as the Trainer would)."""
     _ = config.device  # sets up config.distributed_state

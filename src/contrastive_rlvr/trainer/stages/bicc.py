@@ -73,7 +73,7 @@ class ConditionedPrompts:
 
     def __init__(
         self,
-        template,  # noqa: ANN001
+        template,
         *,
         ratio_mode: str,
         context_ratio: float,
@@ -161,7 +161,7 @@ class ConditionedPrompts:
             render=self.render_chat,
         )
 
-    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:  # noqa: ANN001
+    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:
         """Whole and cut attempts per conditioned row, and the share of the attempts' tokens
         kept; warns once when that share is below :data:`CUT_WARNING_SHARE`."""
         rows = built.conditioned
@@ -186,7 +186,7 @@ class ConditionedPrompts:
             )
             self._warned_cut = True
 
-    def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):  # noqa: ANN001
+    def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):
         """Mixed groups but no conditioned row: the budget cannot hold even the framing."""
         if self._warned_empty or conditioned.any():
             return
