@@ -6,14 +6,14 @@ import pytest
 
 from contrastive_rlvr.algorithms import (
     RECIPES,
-    SEED_METHOD_RECIPES,
-    check_seed_method_compat,
-    seed_method_loss,
+    TOKEN_METHOD_RECIPES,
+    check_token_method_compat,
+    token_method_loss,
 )
 
 
 def test_every_listed_recipe_exists():
-    for recipes in SEED_METHOD_RECIPES.values():
+    for recipes in TOKEN_METHOD_RECIPES.values():
         assert set(recipes) <= set(RECIPES)
 
 
@@ -29,7 +29,7 @@ def test_every_listed_recipe_exists():
     ],
 )
 def test_compatible_combinations_pass(recipe, switches):
-    check_seed_method_compat(recipe, **switches)
+    check_token_method_compat(recipe, **switches)
 
 
 @pytest.mark.parametrize(
@@ -47,18 +47,18 @@ def test_compatible_combinations_pass(recipe, switches):
 )
 def test_incompatible_combinations_raise_naming_the_conflict(recipe, switches, message):
     with pytest.raises(ValueError, match=message):
-        check_seed_method_compat(recipe, **switches)
+        check_token_method_compat(recipe, **switches)
 
 
-def test_seed_method_loss_inherits_the_recipe_options():
-    assert seed_method_loss("dapo", reco=True) == (
+def test_token_method_loss_inherits_the_recipe_options():
+    assert token_method_loss("dapo", reco=True) == (
         "reco",
         {"clip_low": 0.2, "clip_high": 0.28, "agg": "token-mean"},
     )
-    assert seed_method_loss("dr_grpo", oc_grpo=True) == (
+    assert token_method_loss("dr_grpo", oc_grpo=True) == (
         "oc_grpo",
         {"clip_low": 0.2, "clip_high": 0.2, "agg": "seq-mean-token-sum-norm"},
     )
-    assert seed_method_loss("gspo", verigate=True) == ("gspo_token", {})
-    assert seed_method_loss("grpo", verigate=True) == ("grpo", {})
-    assert seed_method_loss("gmpo") == ("gmpo", {})
+    assert token_method_loss("gspo", verigate=True) == ("gspo_token", {})
+    assert token_method_loss("grpo", verigate=True) == ("grpo", {})
+    assert token_method_loss("gmpo") == ("gmpo", {})

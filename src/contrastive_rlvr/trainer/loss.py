@@ -42,8 +42,8 @@ from ..algorithms import (
     rcc_baseline,
     recipe_advantages,
     row_weights,
-    seed_method_loss,
     sequence_delta,
+    token_method_loss,
 )
 from ..algorithms.diagnostics import delta_metrics
 from .trl_settings import uses_trl_loss
@@ -617,7 +617,7 @@ def _vocab_size(model: Any) -> int | None:
 def _policy_objective(
     cfg, recipe: Recipe, rcc: LossTimeRCC | None, vocab_size: int | None = None
 ) -> PolicyObjective:
-    name, defaults = seed_method_loss(
+    name, defaults = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     extra = None

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..algorithms import Recipe, get_policy_loss, get_recipe, loss_option_names, seed_method_loss
+from ..algorithms import Recipe, get_policy_loss, get_recipe, loss_option_names, token_method_loss
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def resolve_clip(cfg) -> None:
             if getattr(cfg, name) is not None:
                 _fail(name, getattr(cfg, name), "recipe='conspo' has no clipped ratio: unset it")
         return
-    name, inherited = seed_method_loss(
+    name, inherited = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     defaults = {**get_policy_loss(name).defaults, **inherited}
@@ -163,7 +163,7 @@ def resolve_loss_type(cfg) -> None:
 def _loss_options(cfg) -> set[str]:
     if get_recipe(cfg.recipe).loss is None:
         return set()
-    name, _ = seed_method_loss(
+    name, _ = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     return loss_option_names(name)
