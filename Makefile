@@ -35,7 +35,7 @@ setup: $(STAMP)
 
 test: $(STAMP) $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
-	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/test_verl_*.py
+	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/scale_out/
 
 # The shipped verl recipes through verl's own `main_ppo`, Ray and FSDP2 workers on CPU
 # (tests/test_verl_real_workers.py, tests/verl_cpu.py): 5 runs of about 2 minutes and

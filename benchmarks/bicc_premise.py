@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from word_problems import integer_reward, make_rows  # noqa: E402
+from word_problems import integer_reward, make_rows
 
 from contrastive_rlvr.algorithms import BiCCTemplate
 from contrastive_rlvr.algorithms.bicc import FRAMING_BUDGETS, resolve_placement

@@ -50,7 +50,7 @@ def missing(model: str) -> str | None:
     return None
 
 
-def load(model: str, device: str):  # noqa: ANN201
+def load(model: str, device: str):
     """(model, None) in bfloat16 with SDPA and TRL's fused head, or (None, reason)."""
     from trl.trainer.utils import add_fused_lm_head
 

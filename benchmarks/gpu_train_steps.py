@@ -94,13 +94,13 @@ class RecipeResult:
 CORRECT_REWARD = 2.0
 
 
-def token_parity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:  # noqa: ANN001
+def token_parity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
     """CORRECT_REWARD when the completion's token ids sum to an even number (a coin flip for
     a random model), else 0."""
     return [CORRECT_REWARD * (sum(ids) % 2 == 0) for ids in completion_ids]
 
 
-def prompt_dataset(n: int = 64):  # noqa: ANN201
+def prompt_dataset(n: int = 64):
     """``n`` distinct arithmetic prompts (the embedded task's alphabet) as a ``Dataset``."""
     from datasets import Dataset
 
@@ -109,7 +109,7 @@ def prompt_dataset(n: int = 64):  # noqa: ANN201
 
 
 def make_config(recipe: str, shapes: Shapes, *, device: str, steps: int, output_dir: str,
-                bicc_mix: float, checkpointing: bool = False):  # fmt: skip  # noqa: ANN201
+                bicc_mix: float, checkpointing: bool = False):  # fmt: skip
     """The run's RLVRConfig: BiCC and RCC on, the recipe's own TRL settings."""
     from contrastive_rlvr.trainer import RLVRConfig
 
@@ -244,7 +244,7 @@ def run_all(
     budget_s: float,
     bicc_mix: float = 1.0,
     checkpointing: bool = False,
-    echo=print,  # noqa: ANN001
+    echo=print,
 ) -> list[RecipeResult]:
     """Every recipe in turn; one failing (an exception) does not stop the others; none is
     started once ``budget_s`` seconds have passed."""
@@ -262,7 +262,7 @@ def run_all(
                     result = run_recipe(recipe, shapes, device=device, steps=steps,
                                         workdir=Path(tmp), bicc_mix=bicc_mix,
                                         checkpointing=checkpointing)  # fmt: skip
-                except Exception as err:  # noqa: BLE001 - reported, the other recipes go on
+                except Exception as err:
                     last = traceback.format_exception_only(type(err), err)[-1].strip()
                     result = RecipeResult(recipe, error=last[:300])
                     traceback.print_exc(file=sys.stderr)

@@ -51,7 +51,7 @@ from contrastive_rlvr.embedded.evaluate import sample_completions
 from contrastive_rlvr.embedded.sft import encode_template
 
 
-def sequence_logps(model, rows: list[list[int]], prompt_lens: list[int]) -> list[float]:  # noqa: ANN001
+def sequence_logps(model, rows: list[list[int]], prompt_lens: list[int]) -> list[float]:
     """Sum of log-probs of each row's tokens after its first ``prompt_lens[i]`` tokens."""
     out = []
     width = max(map(len, rows))
@@ -71,10 +71,10 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, 1.96 * math.sqrt(var / n)
 
 
-def measure(  # noqa: PLR0913
-    model,  # noqa: ANN001
-    tokenizer,  # noqa: ANN001
-    heldout,  # noqa: ANN001
+def measure(
+    model,
+    tokenizer,
+    heldout,
     *,
     group: int,
     problems: int,

@@ -23,10 +23,13 @@ import sys
 from datasets import load_dataset
 from trl import TrlParser, get_peft_config
 
-from contrastive_rlvr.models import load_model_and_tokenizer
-from contrastive_rlvr.rewards import MathVerifyReward
-from contrastive_rlvr.trainer import RLVRConfig, RLVRTrainer
-from contrastive_rlvr.trainer.model_options import model_load_kwargs
+from contrastive_rlvr import (
+    MathVerifyReward,
+    RLVRConfig,
+    RLVRTrainer,
+    load_model_and_tokenizer,
+    model_load_kwargs,
+)
 
 
 def states_the_unit(completions, unit, **kwargs) -> list[float]:

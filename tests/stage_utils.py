@@ -14,10 +14,10 @@ class CharTokenizer:
 
     pad_token_id = 0
 
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:  # noqa: ANN001
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return "".join("" if t == 0 else chr(t) for t in ids)
 
-    def batch_decode(self, rows, skip_special_tokens: bool = True) -> list[str]:  # noqa: ANN001
+    def batch_decode(self, rows, skip_special_tokens: bool = True) -> list[str]:
         return [self.decode(r) for r in rows]
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
@@ -38,7 +38,7 @@ def right_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def make_batch(prompts, completions, rewards, **data) -> Batch:  # noqa: ANN001
+def make_batch(prompts, completions, rewards, **data) -> Batch:
     """A scored batch as TRL leaves it: left-padded prompts, right-padded completions."""
     prompt_ids, prompt_mask = left_pad(prompts)
     completion_ids, completion_mask = right_pad(completions)
@@ -53,7 +53,7 @@ def make_batch(prompts, completions, rewards, **data) -> Batch:  # noqa: ANN001
     return Batch(data=out, rewards=torch.tensor(rewards, dtype=torch.float))
 
 
-def marker_logps(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):  # noqa: ANN001
+def marker_logps(prompt_ids, prompt_mask, completion_ids, completion_mask, share_prefix=False):
     """A stand-in forward: every token's log-prob is -(the sum of the row's prompt ids) / 100,
     so the test can tell which prompt a log-prob was taken on."""
     value = -(prompt_ids * prompt_mask).sum(1, keepdim=True).float() / 100

@@ -28,7 +28,7 @@ FAKE_WORKER = Path(__file__).parent / "scripts" / "compare_fake_worker.py"
 PATIENCE_S = 120
 
 
-def _arm(cfg) -> str:  # noqa: ANN001
+def _arm(cfg) -> str:
     return {(False, False): "plain", (True, False): "bicc", (False, True): "rcc",
             (True, True): "bicc+rcc"}[(cfg.bicc, cfg.rcc)]  # fmt: skip
 
@@ -73,7 +73,7 @@ def _alive(pid: int) -> bool:
     return fields[0] not in ("Z", "X")
 
 
-def _wait_for(condition, what: str) -> None:  # noqa: ANN001
+def _wait_for(condition, what: str) -> None:
     deadline = time.monotonic() + PATIENCE_S
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
@@ -201,7 +201,7 @@ def test_a_second_compare_on_one_folder_is_refused_and_the_first_finishes_clean(
     assert sorted(locking_training["calls"]) == [("grpo", "plain", 0), ("grpo", "rcc", 0)]
 
 
-def _finished_folder(tmp_path: Path, locking_training) -> tuple[Path, cmp.CompareSpec]:  # noqa: ANN001
+def _finished_folder(tmp_path: Path, locking_training) -> tuple[Path, cmp.CompareSpec]:
     out = tmp_path / "out"
     spec = cmp.make_spec(recipes="grpo", arms="plain", seeds="0", output_dir=out)
     cmp.run_compare(spec, echo=lambda line: None)

@@ -38,7 +38,7 @@ def _ctrl_c_in_checkpoint_write(monkeypatch, presses: int) -> None:
     real = PreTrainedModel.save_pretrained
     sent = []
 
-    def save_pretrained(self, folder, *args, **kwargs):  # noqa: ANN001, ANN202
+    def save_pretrained(self, folder, *args, **kwargs):
         if not sent and "checkpoint-" in str(folder):
             sent.append(folder)
             for _ in range(presses):

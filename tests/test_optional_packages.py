@@ -20,7 +20,7 @@ def without(monkeypatch):
     hidden: set[str] = set()
     real = importlib.util.find_spec
 
-    def find_spec(name, *args, **kwargs):  # noqa: ANN001, ANN202
+    def find_spec(name, *args, **kwargs):
         if name.split(".")[0] in hidden:
             return None
         return real(name, *args, **kwargs)

@@ -53,7 +53,7 @@ class ContextModel(torch.nn.Module):
         self.sign = {W: wrong, R: correct}
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # a device for completion_logps
 
-    def forward(self, input_ids, attention_mask=None):  # noqa: ANN001, ANN201
+    def forward(self, input_ids, attention_mask=None):
         n, length = input_ids.shape
         logits = torch.full((n, length, VOCAB), -1e4)
         for row in range(n):
@@ -216,11 +216,11 @@ def test_total_rewards_weights_and_unscored():
     function scored is NaN (never correct); chat prompts get assistant messages."""
     seen = {}
 
-    def first(prompts, completions, answer):  # noqa: ANN001, ANN202
+    def first(prompts, completions, answer):
         seen["completions"], seen["answer"] = completions, answer
         return [1.0, None, None]
 
-    def second(prompts, completions, **kw):  # noqa: ANN001, ANN202, ARG001
+    def second(prompts, completions, **kw):
         return [0.5, 0.25, None]
 
     prompt = [{"role": "user", "content": "1+1?"}]

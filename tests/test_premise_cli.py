@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from contrastive_rlvr.cli import app
 
 
-def _no_model(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+def _no_model(*_args, **_kwargs):
     raise AssertionError("the model was loaded")
 
 
@@ -39,7 +39,7 @@ def test_train_options_reach_the_measurement(monkeypatch, tmp_path):
 
     seen = {}
 
-    def fake_run(cfg, *, problems, control, echo):  # noqa: ANN001, ANN202
+    def fake_run(cfg, *, problems, control, echo):
         seen.update(cfg=cfg, problems=problems, control=control)
         return premise.PremiseResult(control, problems, cfg.num_generations, 0.5, 0)
 

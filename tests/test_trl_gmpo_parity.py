@@ -16,9 +16,9 @@ import pytest
 import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-from trl.experimental.gmpo import GMPOTrainer  # noqa: E402
+from trl.experimental.gmpo import GMPOTrainer
 
-from contrastive_rlvr.algorithms import policy_loss  # noqa: E402
+from contrastive_rlvr.algorithms import policy_loss
 
 
 def trl_gmpo(logp, old, advantages, mask, *, eps=0.4, beta=0.0, ref=None, accum=1):

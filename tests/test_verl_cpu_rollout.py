@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("verl")
 
-import torch  # noqa: E402
-import verl_cpu  # noqa: E402
+import torch
+import verl_cpu
 
-from contrastive_rlvr.embedded import build_char_tokenizer, build_tiny_model  # noqa: E402
+from contrastive_rlvr.embedded import build_char_tokenizer, build_tiny_model
 
 torch.set_num_threads(1)
 

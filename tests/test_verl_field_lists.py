@@ -17,16 +17,16 @@ import pytest
 
 pytest.importorskip("verl")
 
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-from verl.trainer.ppo.v1 import trainer_base  # noqa: E402
-from verl_fakes import FakeTQ  # noqa: E402
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl.trainer.ppo.v1 import trainer_base
+from verl_fakes import FakeTQ
 
-from contrastive_rlvr.integrations.verl import trainer as trainer_module  # noqa: E402
-from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
-from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer  # noqa: E402
+from contrastive_rlvr.integrations.verl import trainer as trainer_module
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
+from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer
 
 torch.set_num_threads(1)
 

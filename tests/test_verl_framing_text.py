@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig  # noqa: E402
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
 
 
 def test_the_default_framing_text_builds():

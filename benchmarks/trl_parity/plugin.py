@@ -107,7 +107,7 @@ def _record_grpo_config_kwargs() -> None:
         return
     names = [f.name for f in dataclasses.fields(GRPOConfig) if f.init]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if type(self) is GRPOConfig:
             given = dict(zip(names, args, strict=False)) | kwargs

@@ -82,7 +82,7 @@ def run_mode(
     if keyword:
         cmd += ["-k", keyword]
     (out / f"{mode}.json").unlink(missing_ok=True)  # never read a previous run's results
-    log = open(out / f"{mode}.log", "w")  # noqa: SIM115 - closed by the caller via wait()
+    log = open(out / f"{mode}.log", "w")
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
     return subprocess.Popen(cmd, cwd=suite, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -21,7 +21,7 @@ class _Commands(TyperGroup):
     """The command group: a bare ``--debug`` anywhere on the line (before or after any
     subcommand) switches tracebacks on and is taken out before the subcommand parses."""
 
-    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201
+    def parse_args(self, ctx, args):
         _STATE["debug"] = _DEBUG_FROM_ENV
         return super().parse_args(ctx, _take_debug(list(args)))
 
@@ -95,7 +95,7 @@ def _fail(err: BaseException, code: int) -> NoReturn:
     raise typer.Exit(code) from err
 
 
-def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN202
+def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
     from .trainer.guards import (

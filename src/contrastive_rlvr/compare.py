@@ -458,7 +458,7 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
                 _worker(argv)
             except KeyboardInterrupt:
                 raise
-            except BaseException:  # noqa: BLE001 - a failed run is recorded, the matrix goes on
+            except BaseException:
                 traceback.print_exc(file=f)
                 return 1
     return 0
@@ -498,7 +498,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
     }
 
 
-def _reading_key(cfg) -> dict:  # noqa: ANN001
+def _reading_key(cfg) -> dict:
     """What a reading warm start also depends on: its target rule and the BiCC context
     its demonstrations are cut to."""
     from .trainer.run import embedded_sft_context_budget
@@ -670,7 +670,7 @@ def _interrupted(run: RunSpec) -> RunResult:
     return RunResult(run, "interrupted", error=message)
 
 
-def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:  # noqa: ANN001
+def _sft_caches(spec: CompareSpec, seeds: list[int], echo) -> dict[int, str]:
     """Build the warm starts (in this thread for jobs=1); seed -> error message."""
 
     def build(seed: int) -> str | None:
@@ -705,7 +705,7 @@ def _raise_ctrl_c(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _sigterm_as_ctrl_c():  # noqa: ANN202
+def _sigterm_as_ctrl_c():
     """SIGTERM (``kill``, a job scheduler) stops the matrix as Ctrl-C does, so that the
     children are stopped with it instead of left running; returns the previous handler
     (None off the main thread, where no handler can be set)."""
@@ -714,7 +714,7 @@ def _sigterm_as_ctrl_c():  # noqa: ANN202
     return signal.signal(signal.SIGTERM, _raise_ctrl_c)
 
 
-def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
+def run_compare(spec: CompareSpec, *, echo=print) -> dict:
     """Run the matrix (finished runs skipped), then write results.md and results.json.
 
     The config YAML is copied to ``OUT/base-config.yaml`` first and every run reads
@@ -734,7 +734,7 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:  # noqa: ANN001
         return _run_matrix(spec, echo)
 
 
-def _run_matrix(spec: CompareSpec, echo) -> dict:  # noqa: ANN001
+def _run_matrix(spec: CompareSpec, echo) -> dict:
     """:func:`run_compare` once OUT is locked."""
     from .configs import base_config_for, model_in_args
     from .trainer.parse import read_config_text
@@ -1091,7 +1091,7 @@ def _verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
-def child_main(argv: list[str], worker=None) -> None:  # noqa: ANN001
+def child_main(argv: list[str], worker=None) -> None:
     """A child process of ``compare``: ends with its parent (Linux: the parent-death
     signal, :mod:`.child_processes`), then runs the worker command ``argv``
     (``worker``: :func:`_worker` unless given)."""

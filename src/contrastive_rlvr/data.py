@@ -318,7 +318,7 @@ def _load_local(builder: str, path: Path, **kwargs: Any) -> Dataset:
 
     try:
         return load_dataset(builder, data_files=str(path), split="train", **kwargs)
-    except Exception as err:  # noqa: BLE001 - any reader failure is the file's, named in one line
+    except Exception as err:
         raise _datasets_error(path, err) from err
 
 
@@ -422,7 +422,7 @@ def _hub_dataset(name: str, config: str | None, split: str) -> Dataset:
 
     try:
         return load_dataset(name, config, split=split)
-    except Exception as err:  # noqa: BLE001 - a name, config or split that is not there
+    except Exception as err:
         raise _datasets_error(f"{name!r} (config {config!r}, split {split!r})", err) from err
 
 
@@ -477,7 +477,7 @@ def _read_folder(path: Path, hub_config: str | None, split: str) -> Dataset:
         return load_from_disk(str(path))
     try:
         return load_dataset(str(path), hub_config, split=split)
-    except Exception as err:  # noqa: BLE001 - a layout, config or split that is not there
+    except Exception as err:
         where = f"{path} (folder; config {hub_config!r}, split {split!r})"
         raise _datasets_error(where, err) from err
 

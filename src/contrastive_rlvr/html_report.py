@@ -223,7 +223,7 @@ def _read_json(path: Path) -> object:
         raise ValueError(f"{path} is not JSON ({err})") from err
 
 
-def _section(path: Path, kind: str, build, data: object) -> str:  # noqa: ANN001
+def _section(path: Path, kind: str, build, data: object) -> str:
     """``build(data)``; a file whose contents ``build`` cannot read (another tool's, or
     another version's) is one ``ValueError`` naming it, not a traceback."""
     try:

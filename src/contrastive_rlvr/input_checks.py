@@ -38,7 +38,6 @@ def check_model_path(model: str) -> None:
     from .models import (
         ALIASES,
         TINY_ALIAS,
-        adapter_base,
         alias_standing_in,
         gguf_path,
         is_adapter_folder,
@@ -54,21 +53,7 @@ def check_model_path(model: str) -> None:
         return
     path = Path(model).expanduser()
     if is_adapter_folder(path):
-        # A folder train --use_peft saved: its base model (named in the adapter's config)
-        # must be loadable here, and peft installed.
-        try:
-            base = adapter_base(path)
-        except ValueError as err:
-            raise UserError(f"model={model!r}: {err}") from err
-        if importlib.util.find_spec("peft") is None:
-            raise UserError(
-                f"model={model!r} is a PEFT adapter folder, which needs peft to load: pip "
-                "install peft, or give a full (merged) model folder"
-            )
-        try:
-            check_model_path(base)
-        except UserError as err:
-            raise UserError(f"model={model!r} is an adapter on {base!r}, which: {err}") from err
+        _check_adapter_folder(model, path)
         return
     if path.exists():
         if path.is_dir() and not (path / "config.json").is_file():
@@ -111,6 +96,26 @@ def check_model_path(model: str) -> None:
         check_hub_reachable(model)
 
 
+def _check_adapter_folder(model: str, path: Path) -> None:
+    """A folder ``train --use_peft`` saved: its base model (named in the adapter's config)
+    must be loadable here, and peft installed."""
+    from .models import adapter_base
+
+    try:
+        base = adapter_base(path)
+    except ValueError as err:
+        raise UserError(f"model={model!r}: {err}") from err
+    if importlib.util.find_spec("peft") is None:
+        raise UserError(
+            f"model={model!r} is a PEFT adapter folder, which needs peft to load: pip "
+            "install peft, or give a full (merged) model folder"
+        )
+    try:
+        check_model_path(base)
+    except UserError as err:
+        raise UserError(f"model={model!r} is an adapter on {base!r}, which: {err}") from err
+
+
 def check_hub_reachable(model: str) -> None:
     """A Hub id that is not in the local cache must be reachable now (else the download
     would fail inside the model's loading, as a traceback)."""
@@ -120,7 +125,7 @@ def check_hub_reachable(model: str) -> None:
         return
     try:
         model_info(model, timeout=HUB_TIMEOUT_S)
-    except Exception as err:  # noqa: BLE001 - any failure to reach it is the user's to fix
+    except Exception as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise UserError(
             f"model={model!r} is not in the Hugging Face cache and the Hub cannot give it "

@@ -31,12 +31,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import yaml
 
-from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, grad_var_summary, recipe_label  # noqa: E402
-from .stats import MeanCI, mean_ci  # noqa: E402
+from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, grad_var_summary, recipe_label
+from .stats import MeanCI, mean_ci
 
 ARM_COLORS = {"plain": "tab:blue", "bicc": "tab:orange", "rcc": "tab:green", "bicc+rcc": "tab:red"}
 #: Windows of training (shares of the last step) for the early / middle / late distributions.
@@ -211,7 +211,7 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
-def _mean_band(runs: Sequence[Run], key: str, window: int = 1):  # noqa: ANN202
+def _mean_band(runs: Sequence[Run], key: str, window: int = 1):
     """Steps common to the runs, and the mean, min and max over runs of the smoothed series."""
     series = [r.series(key) for r in runs]
     series = [(s, _smooth(v, window)) for s, v in series if s.size]
@@ -224,7 +224,7 @@ def _mean_band(runs: Sequence[Run], key: str, window: int = 1):  # noqa: ANN202
     return np.asarray(common), stacked.mean(0), stacked.min(0), stacked.max(0)
 
 
-def _plot_band(ax, runs, key, arm, window=1, label=None) -> bool:  # noqa: ANN001
+def _plot_band(ax, runs, key, arm, window=1, label=None) -> bool:
     band = _mean_band(runs, key, window)
     if band is None:
         return False
@@ -248,7 +248,7 @@ def _seeds_note(runs: Sequence[Run]) -> str:
     return f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
 
 
-def _finish(fig, path: Path) -> Path:  # noqa: ANN001
+def _finish(fig, path: Path) -> Path:
     """Save ``fig`` as ``path`` through a temporary file renamed into place: a symbolic
     link planted at ``path`` (the default figures folder is inside the run folder) is
     replaced, never written through."""

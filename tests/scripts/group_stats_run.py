@@ -1,5 +1,5 @@
 """Run 2 steps of GRPO + BiCC + RCC with deterministic completions and dump the group
-statistics of every step (used by tests/test_trainer_multiprocess.py, launched with
+statistics of every step (used by tests/trainer/test_multiprocess.py, launched with
 one process or with ``accelerate launch --num_processes 2``)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer_utils import GROUP, make_config, make_trainer  # noqa: E402
+from trainer_utils import GROUP, make_config, make_trainer
 
-from contrastive_rlvr.trainer import RLVRTrainer  # noqa: E402
+from contrastive_rlvr.trainer import RLVRTrainer
 
 COMPLETIONS = ["12+3=15", "12+3=16", "9+9=18", "7+1=8"]
 

@@ -1,6 +1,7 @@
 """Run 2 steps with each token-level method (VeriGate, ReCo, OC-GRPO) on fixed completions and dump,
-per process, what each step's scored batch holds (used by tests/test_trainer_seed_methods.py,
-launched with one process or with ``torch.distributed.run --nproc_per_node 2``).
+per process, what each step's scored batch holds (used by
+tests/trainer/test_token_methods_in_trainer.py, launched with one process or with
+``torch.distributed.run --nproc_per_node 2``).
 Arguments: model_dir out_dir plan (e.g. ``verigate:4,reco:4,oc_grpo:8``).
 
 Writes ``<out_dir>/<method>_rank<i>.json``: per step, the local rows' prompts, rewards,
@@ -19,11 +20,11 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer_utils import GROUP, make_config  # noqa: E402
+from trainer_utils import GROUP, make_config
 
-from contrastive_rlvr.embedded import load_char_tokenizer  # noqa: E402
-from contrastive_rlvr.trainer import RLVRTrainer  # noqa: E402
-from contrastive_rlvr.trainer.batching import unpad  # noqa: E402
+from contrastive_rlvr.embedded import load_char_tokenizer
+from contrastive_rlvr.trainer import RLVRTrainer
+from contrastive_rlvr.trainer.batching import unpad
 
 # "9+9=18" twice: every group holds a duplicate (ReCo weights 1/2), split across processes
 # when a group is.

@@ -8,7 +8,7 @@ from . import STAND_IN, _placeholder
 __all__ = ["STAND_IN"]
 
 
-def __getattr__(name: str):  # noqa: ANN202
+def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     return _placeholder(f"compute.{name}")

@@ -66,10 +66,10 @@ from .registry import RECIPES, Recipe, get_recipe, recipe_advantages, register_r
 from .sampling_correction import corrected_advantages, off_policy_mask, row_weights
 from .step_checker import ArithmeticStepScorer, equations_right
 from .token_methods import (
-    SEED_METHOD_CONFLICTS,
-    SEED_METHOD_RECIPES,
-    check_seed_method_compat,
-    seed_method_loss,
+    TOKEN_METHOD_CONFLICTS,
+    TOKEN_METHOD_RECIPES,
+    check_token_method_compat,
+    token_method_loss,
 )
 from .verigate import (
     PROCESS_NORMS,
@@ -101,8 +101,8 @@ __all__ = [
     "RCC_BOUNDS",
     "RECIPES",
     "RESPONSE_WEIGHTS",
-    "SEED_METHOD_CONFLICTS",
-    "SEED_METHOD_RECIPES",
+    "TOKEN_METHOD_CONFLICTS",
+    "TOKEN_METHOD_RECIPES",
     "STEP_RULES",
     "ArithmeticStepScorer",
     "BiCCPrompts",
@@ -117,7 +117,7 @@ __all__ = [
     "build_bicc_prompts",
     "chat_conditioned_prompt",
     "context_budget",
-    "check_seed_method_compat",
+    "check_token_method_compat",
     "collapse_rate",
     "completion_keys",
     "conspo_loss",
@@ -157,7 +157,7 @@ __all__ = [
     "register_policy_loss",
     "register_recipe",
     "score_steps",
-    "seed_method_loss",
+    "token_method_loss",
     "sequence_delta",
     "split_steps",
     "step_of_tokens",

@@ -90,7 +90,7 @@ class BiCCTemplate:
         # field other than {index} (or a stray brace) would fail there, mid-run.
         try:
             self.item_prefix.format(index=1)
-        except Exception as err:  # noqa: BLE001 - KeyError, IndexError, ValueError, ...
+        except Exception as err:
             what = f"unknown field {err}" if isinstance(err, KeyError | IndexError) else err
             raise ValueError(
                 f"bicc_item_prefix={self.item_prefix!r} is invalid ({what}): it may use "

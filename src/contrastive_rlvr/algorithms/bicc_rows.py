@@ -9,7 +9,7 @@ that re-rendering a chat prompt reproduces the ids the rows were generated
 from, and the token ids stripped from quoted attempts (:func:`end_token_ids`).
 The TRL stage (``trainer/stages/bicc.py``) and the verl trainer
 (``integrations/verl/trainer.py``) both call :meth:`BiCCRowBuilder.build`, so a
-row means the same on either engine (tests/test_verl_parity.py).
+row means the same on either engine (tests/scale_out/test_verl_parity.py).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class BiCCRowBuilder:
         )
         return built, budget
 
-    def _chat_inputs(self, prompt_ids, messages, render, decode) -> dict:  # noqa: ANN001
+    def _chat_inputs(self, prompt_ids, messages, render, decode) -> dict:
         """``prompt_messages``, ``decode`` and ``render`` for the user-turn placement; {} when
         the prompts are text or the placement is a token-level one."""
         if not self.needs_chat(messages is not None):

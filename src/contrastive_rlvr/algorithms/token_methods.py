@@ -30,13 +30,13 @@ from .losses import get_policy_loss, loss_option_names
 from .registry import get_recipe
 
 #: Recipes each token-level method works with.
-SEED_METHOD_RECIPES: dict[str, tuple[str, ...]] = {
+TOKEN_METHOD_RECIPES: dict[str, tuple[str, ...]] = {
     "verigate": ("grpo", "dr_grpo", "dapo", "gspo"),
     "reco": ("grpo", "dr_grpo", "dapo"),
     "oc_grpo": ("grpo", "dr_grpo", "dapo"),
 }
 #: Pairs of switches that cannot be on together, with the reason.
-SEED_METHOD_CONFLICTS: dict[frozenset[str], str] = {
+TOKEN_METHOD_CONFLICTS: dict[frozenset[str], str] = {
     frozenset({"reco", "oc_grpo"}): "both replace the token importance ratio of the same loss",
     frozenset({"bicc", "oc_grpo"}): (
         "both redefine the contexts of the ratio (BiCC adds the opposite partition, "
@@ -45,7 +45,7 @@ SEED_METHOD_CONFLICTS: dict[frozenset[str], str] = {
 }
 
 
-def check_seed_method_compat(
+def check_token_method_compat(
     recipe: str,
     *,
     verigate: bool = False,
@@ -75,13 +75,13 @@ def check_seed_method_compat(
         )
         if flag
     }
-    for method, recipes in SEED_METHOD_RECIPES.items():
+    for method, recipes in TOKEN_METHOD_RECIPES.items():
         if method in on and recipe not in recipes:
             raise ValueError(
                 f"{method}=True does not work with recipe {recipe!r}; "
                 f"it works with: {', '.join(recipes)}"
             )
-    for pair, why in SEED_METHOD_CONFLICTS.items():
+    for pair, why in TOKEN_METHOD_CONFLICTS.items():
         if pair <= on:
             a, b = sorted(pair)
             raise ValueError(f"{a}=True and {b}=True cannot be combined: {why}")
@@ -94,7 +94,7 @@ def check_seed_method_compat(
         )
 
 
-def seed_method_loss(
+def token_method_loss(
     recipe: str, *, verigate: bool = False, reco: bool = False, oc_grpo: bool = False
 ) -> tuple[str, dict[str, object]]:
     """The policy loss to use and the recipe's options it inherits.
@@ -102,7 +102,7 @@ def seed_method_loss(
     Returns ``(name, options)``: ``"reco"`` or ``"oc_grpo"`` with the recipe
     loss's clip bounds and aggregation (e.g. DAPO's 0.2/0.28 and token-mean),
     ``"gspo_token"`` for GSPO with VeriGate, else the recipe's own loss with
-    no extra options. Call :func:`check_seed_method_compat` first.
+    no extra options. Call :func:`check_token_method_compat` first.
     """
     base = get_recipe(recipe).loss
     if base is None:

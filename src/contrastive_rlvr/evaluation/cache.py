@@ -157,7 +157,7 @@ def model_files(model: str) -> list[Path]:
             from huggingface_hub import snapshot_download
 
             path = Path(snapshot_download(model, local_files_only=True))
-        except Exception:  # noqa: BLE001 - not cached (or not a Hub id): nothing on disk
+        except Exception:
             return []
     if path.is_file():
         return [path]

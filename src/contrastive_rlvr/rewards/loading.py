@@ -79,7 +79,7 @@ def _load(spec: str) -> RewardFunction:
     else:
         try:
             module = importlib.import_module(module_part)
-        except Exception as e:  # noqa: BLE001 - any failure of the user's module, in one line
+        except Exception as e:
             raise ValueError(
                 f"reward {spec!r}: cannot import module {module_part!r}: {_import_failure(e)}"
             ) from e

@@ -81,7 +81,7 @@ class VerifierCountersCallback(TrainerCallback):
             totals = dict(zip(keys, summed, strict=True))
         return totals
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+    def on_step_end(self, args, state, control, **kwargs):
         metrics = self.trainer._metrics["train"]
         for key, value in self.current().items():
             metrics[key] = [float(value)]  # replaced, not appended: a count, not a sample

@@ -247,7 +247,7 @@ def varlen_split_forward(
     return out.view(units, length, heads, dim)
 
 
-def flex_block_mask(layout: PackedLayout):  # noqa: ANN201 (torch's BlockMask)
+def flex_block_mask(layout: PackedLayout):
     """The packed layout's mask as a flex ``BlockMask`` over (U, L, L): a query attends the
     shared prompt part and its own segment causally, on keys others may see; padding
     attends itself."""
@@ -255,7 +255,7 @@ def flex_block_mask(layout: PackedLayout):  # noqa: ANN201 (torch's BlockMask)
 
     seg, key_ok = layout.segment, layout.key_ok
 
-    def mask_mod(b, h, q, k):  # noqa: ANN001, ANN202
+    def mask_mod(b, h, q, k):
         sq, sk = seg[b, q], seg[b, k]
         pad = sq == -2
         seen = ((sq == sk) | (sk == -1)) & (k <= q) & key_ok[b, k] & ~pad
@@ -271,7 +271,7 @@ def flex_packed_forward(
     key: torch.Tensor,
     value: torch.Tensor,
     scaling: float | None,
-    block_mask,  # noqa: ANN001
+    block_mask,
 ) -> torch.Tensor:
     """``query`` (U, H, L, d), ``key``/``value`` (U, H_kv, L, d) -> (U, L, H, d)."""
     groups = getattr(module, "num_key_value_groups", 1)
@@ -301,7 +301,7 @@ def _attention(base: str, kernel: VarlenKernel | None) -> Callable:
     own = ALL_ATTENTION_FUNCTIONS[base]
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                  packed_varlen=None, packed_flex=None, **kwargs):  # noqa: ANN001, ANN202  # fmt: skip
+                  packed_varlen=None, packed_flex=None, **kwargs):  # fmt: skip
         if packed_varlen is not None or packed_flex is not None:
             refuse_unimplemented(module, "varlen" if packed_varlen is not None else "flex", kwargs)
         if packed_varlen is not None:

@@ -3,7 +3,7 @@ and logged, and the call that runs it in place of TRL's per-row forward.
 
 Under BiCC every row of one partition of a group reads the same conditioned prompt
 ``[q ; O_opp]``; under plain GRPO every row of a group reads the same ``q``. Three forms
-give the same log-probs (tests/test_packed_prefix.py, tests/test_sharing.py):
+give the same log-probs (tests/shared_forward/: test_packed_prefix.py, test_sharing.py):
 
 - ``"packed"`` (:mod:`.packed_prefix`): one forward in which each distinct prompt is
   encoded once and every completion attends to it and to itself. One forward per
@@ -90,7 +90,7 @@ class PromptSharing:
     @classmethod
     def from_config(
         cls,
-        cfg,  # noqa: ANN001
+        cfg,
         num_processes: int,
         max_width: int | None = None,
     ) -> PromptSharing:
@@ -254,7 +254,7 @@ WIDTH_SAMPLE = 512
 
 
 def reachable_width(
-    cfg,  # noqa: ANN001
+    cfg,
     prompts: list,
     tokenizer: Any,
     max_positions: int | None,

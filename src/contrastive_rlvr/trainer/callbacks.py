@@ -19,7 +19,7 @@ from ..metrics import (
 from .jsonl import keep_steps_up_to
 
 
-def loss_metric_keys(cfg) -> dict[str, str]:  # noqa: ANN001
+def loss_metric_keys(cfg) -> dict[str, str]:
     """The loss-side metrics.jsonl keys of a run of ``cfg`` (an RLVRConfig): TRL's names
     when TRL's loss computes it, the project's otherwise (docs/metrics.md)."""
     from .trl_settings import uses_trl_loss
@@ -161,7 +161,7 @@ class RichProgress(TrainerCallback):
         return control
 
 
-def attach_project_callbacks(trainer) -> None:  # noqa: ANN001
+def attach_project_callbacks(trainer) -> None:
     """The project's callbacks on ``trainer`` (every RLVRTrainer attaches them itself, so
     the CLI's runs and hand-built ones log alike): the non-finite update guard
     (``trainer.update_guard``) and skip, the running counters in the logs (so in every

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig, ModelConfig
 
-from ..algorithms import check_seed_method_compat
+from ..algorithms import check_token_method_compat
 from .config_groups import (
     BiCCOptions,
     DataOptions,
     DiagnosticsOptions,
     RCCOptions,
     RecipeOptions,
-    SeedMethodOptions,
+    TokenMethodOptions,
     check,
     finite,
 )
@@ -55,7 +55,7 @@ class RLVRConfig(
     RecipeOptions,
     BiCCOptions,
     RCCOptions,
-    SeedMethodOptions,
+    TokenMethodOptions,
     DiagnosticsOptions,
     ModelConfig,
     GRPOConfig,
@@ -96,7 +96,7 @@ class RLVRConfig(
         self.validate_diagnostics()
         self.resolve_recipe_defaults()
         self.resolve_bicc_defaults()
-        self.validate_seed_methods()
+        self.validate_token_methods()
         self._validate_combinations()
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which transformers refuses on a CPU-only machine.
@@ -218,7 +218,7 @@ class RLVRConfig(
 
     def _validate_combinations(self) -> None:
         """Checks across groups: the methods that can be combined with the recipe."""
-        check_seed_method_compat(
+        check_token_method_compat(
             self.recipe,
             verigate=self.verigate,
             reco=self.reco,

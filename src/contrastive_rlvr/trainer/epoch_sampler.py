@@ -42,8 +42,8 @@ class EpochAlignedSampler(RepeatSampler):
 
 class EpochAlignedResume:
     """Trainer mixin: TRL's ``_get_train_sampler`` hook, its sampler made an
-    :class:`EpochAlignedSampler` (tests/test_reliability_round_two.py resumes past two
+    :class:`EpochAlignedSampler` (tests/reliability/test_fault_scenarios.py resumes past two
     epochs and compares the weights bit for bit)."""
 
-    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202
+    def _get_train_sampler(self, dataset=None):
         return EpochAlignedSampler.from_sampler(super()._get_train_sampler(dataset))

@@ -417,7 +417,7 @@ class NonFiniteUpdateGuard(TrainerCallback):
                 total += 2 * p.numel() * p.element_size()
         return total
 
-    def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):  # noqa: ANN001
+    def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._snapshot = None
         if (
@@ -438,7 +438,7 @@ class NonFiniteUpdateGuard(TrainerCallback):
         self._snapshot = snapshot
         return control
 
-    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):  # noqa: ANN001
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         bad = any(not torch.isfinite(p).all() for p in self._params)
         if self.reduce is not None:
             flag = torch.tensor(
@@ -481,7 +481,7 @@ class SkipNonFiniteUpdates(TrainerCallback):
     def __init__(self, trainer: Any) -> None:  # an RLVRTrainer
         self.trainer = trainer
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
         trainer = self.trainer
         model = trainer.model
         bad = trainer._nonfinite_pending or any(

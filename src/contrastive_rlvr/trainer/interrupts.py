@@ -39,7 +39,7 @@ def held_interrupts(folder: Path) -> Iterator[None]:
     existed = folder.exists()
     presses = []
 
-    def on_sigint(signum: int, frame: Any) -> None:  # noqa: ARG001
+    def on_sigint(signum: int, frame: Any) -> None:
         presses.append(signum)
         if len(presses) == 1:
             print(

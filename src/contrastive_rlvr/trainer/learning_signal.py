@@ -134,14 +134,14 @@ class LearningSignal(TrainerCallback):
 
     # ------------------------------------------------------------------ callbacks
 
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+    def on_train_begin(self, args, state, control, **kwargs):
         self._baseline = self._counts()  # the held-out evaluation before RL scored some
         problem = warmup_problem(args, state.max_steps)
         if problem is not None:
             self._hold("warmup", problem, state)
         return control
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+    def on_step_end(self, args, state, control, **kwargs):
         now = self._counts()
         self._step_counts = {
             name: (scored - self._baseline.get(name, (0.0, 0.0))[0],
@@ -150,7 +150,7 @@ class LearningSignal(TrainerCallback):
         }  # fmt: skip
         return control
 
-    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+    def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs or any(k.startswith("eval_") for k in logs):
             return control
         self.observe(logs, args)

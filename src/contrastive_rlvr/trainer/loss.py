@@ -42,8 +42,8 @@ from ..algorithms import (
     rcc_baseline,
     recipe_advantages,
     row_weights,
-    seed_method_loss,
     sequence_delta,
+    token_method_loss,
 )
 from ..algorithms.diagnostics import delta_metrics
 from .trl_settings import uses_trl_loss
@@ -203,7 +203,7 @@ class SamplingCorrection:
     mask_threshold: float | None
 
     @classmethod
-    def from_config(cls, cfg) -> SamplingCorrection | None:  # noqa: ANN001
+    def from_config(cls, cfg) -> SamplingCorrection | None:
         on = bool(cfg.use_vllm and cfg.vllm_importance_sampling_correction)
         threshold = cfg.off_policy_mask_threshold
         return cls(on, threshold) if on or threshold is not None else None
@@ -483,7 +483,7 @@ class Loss:
         model,
         inputs: dict,
         ctx: LossContext,
-        plain_logp: torch.Tensor | None = None,  # noqa: ANN001
+        plain_logp: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """RCC's sampling delta (B,) under BiCC: the policy's shift on the plain prompt,
         ``log pi_theta(o | q) - log pi_old(o | q)``, never the context's shift (docs/rcc.md).
@@ -511,7 +511,7 @@ class Loss:
         logps: PolicyLogps,
         model,
         inputs: dict,
-        ctx: LossContext,  # noqa: ANN001
+        ctx: LossContext,
     ) -> tuple[torch.Tensor, dict]:
         """The log-probs (B, T) and the objective's inputs (tool tokens folded in)."""
         if not self.entropy:
@@ -519,7 +519,7 @@ class Loss:
         logp, entropies = logps(model, inputs, ctx, entropy=True)
         return logp, {**without_tool_tokens(inputs), "policy_entropy": entropies}
 
-    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
+    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
         logp, objective_inputs = self.policy_pass(self.logps, model, inputs, ctx)
         # BiCC's conditioned_old mode: the loss forward is the plain prompt's already.
         plain = None if self.logps.conditioned else logp
@@ -555,7 +555,7 @@ class TRLLoss:
         # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
         self.logps = PolicyLogps(conditioned=conditioned)
 
-    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
+    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
         inputs = dict(inputs)  # the micro-batch stays as the stages left it
         if self.conditioned:
             ids, mask = self.logps.keys
@@ -597,7 +597,7 @@ class MixedLoss(Loss):
         super().__init__(PolicyLogps(conditioned=True), objective, entropy=entropy)
         self.mix = mix
 
-    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:  # noqa: ANN001
+    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
         plain_logp, plain_inputs = self.policy_pass(self.plain_logps, model, inputs, ctx)
         delta = self.rcc_delta(model, inputs, ctx, plain_logp)
         extra = {} if delta is None else {"delta": delta}
@@ -607,7 +607,7 @@ class MixedLoss(Loss):
         return self.mix * loss + (1.0 - self.mix) * plain, metrics
 
 
-def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:  # noqa: ANN001
+def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:
     """The loss of a run, from its config (an :class:`~.config.RLVRConfig`): TRL's for
     the recipes TRL has (:func:`~.trl_settings.uses_trl_loss`), else the project's.
     ``model``: the policy, for its vocabulary size (ReCo's entropy factor, ``max`` norm)."""
@@ -647,10 +647,10 @@ def _vocab_size(model: Any) -> int | None:
     return None if config is None else config.get_text_config().vocab_size
 
 
-def _policy_objective(  # noqa: ANN001
+def _policy_objective(
     cfg, recipe: Recipe, rcc: LossTimeRCC | None, vocab_size: int | None = None
 ) -> PolicyObjective:
-    name, defaults = seed_method_loss(
+    name, defaults = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     extra = None

@@ -148,7 +148,7 @@ class ProjectModelCard:
     """Trainer mixin: TRL's ``create_model_card``, then :func:`complete_model_card` on the
     main process (``push_to_hub`` writes its card through here too)."""
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None) -> None:  # noqa: ANN001
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None) -> None:
         from trl.trainer.utils import get_config_model_id
 
         name = model_name or card_model_name(self.args)

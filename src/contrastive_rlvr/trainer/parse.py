@@ -134,14 +134,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     aliases expand past :data:`MAX_YAML_VALUES` values (PyYAML shares an aliased object,
     but every later walk of it, the type checks, a dump or a hash, expands it)."""
 
-    def get_single_data(self):  # noqa: ANN201
+    def get_single_data(self):
         node = self.get_single_node()
         if node is None:
             return None
         _check_expanded_size(node)
         return self.construct_document(node)
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
+    def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)

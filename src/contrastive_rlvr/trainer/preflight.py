@@ -72,7 +72,7 @@ def check_push_to_hub(config: Any) -> None:
         )
     try:
         HfApi().whoami(token=token)
-    except Exception as err:  # noqa: BLE001 - any failure to reach the Hub is the user's to fix
+    except Exception as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise UserError(
             f"push_to_hub=true but the Hub cannot be reached with this token "

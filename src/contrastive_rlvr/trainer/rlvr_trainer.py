@@ -4,8 +4,8 @@ TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, P
 checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
 built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
 and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
-hooks (private API of the pinned TRL; each is covered by ``tests/test_trainer_hooks.py``, the
-token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
+hooks (private API of the pinned TRL; each is covered by ``tests/trainer/test_trl_hooks.py``, the
+token-level methods' wiring by ``tests/trainer/test_token_methods_in_trainer.py``):
 
 - ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
   turns into advantages without returning them.
@@ -17,7 +17,8 @@ token-level methods' wiring by ``tests/test_trainer_seed_methods.py``):
   the generation batch into micro-batches, so that every micro-batch holds
   whole groups when its size allows (ConSPO needs it).
 - ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
-  run in one forward encoding each prompt once (:class:`.PromptSharing`; tests/test_sharing.py).
+  run in one forward encoding each prompt once (:class:`.PromptSharing`;
+  tests/shared_forward/test_sharing.py).
 - ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
 - ``_save_checkpoint`` (:class:`.interrupts.WholeCheckpoints`): a Ctrl-C during a
   checkpoint write finishes it (a second one abandons it) rather than leaving it half written.

@@ -160,7 +160,7 @@ def _embedded(config: RLVRConfig, out: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _init_kwargs_as_user_error(config: RLVRConfig):  # noqa: ANN202
+def _init_kwargs_as_user_error(config: RLVRConfig):
     """A ``model_init_kwargs`` key the model does not take, as one line (raised when the
     model class is built, before any weight is read)."""
     from .model_options import init_kwargs_error
@@ -557,7 +557,7 @@ def check_chat_roles(config: RLVRConfig, tokenizer: Any, dataset: Any, instructi
             tokenizer.apply_chat_template(
                 prompt, tokenize=False, add_generation_prompt=True, **template_kwargs
             )
-        except Exception as err:  # noqa: BLE001 - the template's own refusal, whatever its type
+        except Exception as err:
             reason = " ".join(str(err).split())[:200] or type(err).__name__
             raise UserError(
                 f"dataset={config.dataset!r} row {row + 1} (id {dataset[row]['id']}, roles "
@@ -894,7 +894,7 @@ def _weights_only(problems: list[str]) -> bool:
     )
 
 
-def _distributed_state(config: RLVRConfig):  # noqa: ANN202
+def _distributed_state(config: RLVRConfig):
     """accelerate's process state of the run, as TrainingArguments sets it up (the process
     group of a torchrun launch is made here, as the Trainer would)."""
     _ = config.device  # sets up config.distributed_state

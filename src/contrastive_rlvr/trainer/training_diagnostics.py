@@ -42,7 +42,7 @@ def _chosen(step: int, every: int, max_steps: int) -> bool:
     return every > 0 and (step == 1 or step % every == 0 or step == max_steps)
 
 
-def reads_batch_delta(cfg, global_step: int, max_steps: int) -> bool:  # noqa: ANN001
+def reads_batch_delta(cfg, global_step: int, max_steps: int) -> bool:
     """Whether the generation batch made now (at ``global_step``, before the step runs) is
     read by the diagnostics with its whole delta: it serves the next
     ``steps_per_generation`` steps, and a chosen step of either switch reads it."""
@@ -76,7 +76,7 @@ class TrainingDiagnostics(TrainerCallback):
     (free: the values are already computed).
     """
 
-    def __init__(self, trainer, output_dir: str | Path) -> None:  # noqa: ANN001
+    def __init__(self, trainer, output_dir: str | Path) -> None:
         self.trainer = trainer
         self.path = Path(output_dir) / DELTAS_FILE
         self._directions: list[list[Tensor]] | None = None
@@ -118,7 +118,7 @@ class TrainingDiagnostics(TrainerCallback):
     def _model(self) -> torch.nn.Module:
         return self.trainer.accelerator.unwrap_model(self.trainer.model)
 
-    def _plain_logps(self, model, batch) -> Tensor:  # noqa: ANN001
+    def _plain_logps(self, model, batch) -> Tensor:
         return self.trainer._logps(
             model,
             batch["prompt_ids"],
@@ -133,7 +133,7 @@ class TrainingDiagnostics(TrainerCallback):
             return None
         return delta[self.trainer._process_rows(num_rows)]
 
-    def _log_gradient_variance(self, model, batch) -> None:  # noqa: ANN001
+    def _log_gradient_variance(self, model, batch) -> None:
         trainer, cfg = self.trainer, self.trainer.args
         g = trainer.num_generations
         rewards = batch["rewards"].detach().float().cpu()
@@ -177,7 +177,7 @@ class TrainingDiagnostics(TrainerCallback):
         if var_plain > 0:
             trainer._log("train", "diag/grad_var_ratio", var_rcc / var_plain)
 
-    def _log_ratio_margin(self, batch) -> None:  # noqa: ANN001
+    def _log_ratio_margin(self, batch) -> None:
         trainer = self.trainer
         with torch.no_grad():
             after = self._plain_logps(self._model(), batch)
@@ -202,7 +202,7 @@ class TrainingDiagnostics(TrainerCallback):
             f.write(json.dumps(row) + "\n")
 
 
-def diagnostics_callback(trainer, output_dir: str | Path) -> TrainingDiagnostics | None:  # noqa: ANN001
+def diagnostics_callback(trainer, output_dir: str | Path) -> TrainingDiagnostics | None:
     """The diagnostics callback for ``trainer``, or None when both switches are 0."""
     cfg = trainer.args
     if cfg.diagnostics_every <= 0 and cfg.deltas_every <= 0:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..algorithms import Recipe, get_policy_loss, get_recipe, loss_option_names, seed_method_loss
+from ..algorithms import Recipe, get_policy_loss, get_recipe, loss_option_names, token_method_loss
 from ..algorithms.registry import RecipeFacts
 
 
@@ -62,7 +62,7 @@ LOSS_TYPE_AGG: dict[str, str] = {
 SCALE_REWARDS = ("group", "none", "batch")
 
 
-def project_loss_reason(cfg) -> str | None:  # noqa: ANN001
+def project_loss_reason(cfg) -> str | None:
     """Why the run needs the project's loss (a phrase naming the setting), or None when
     TRL's ``_compute_loss`` runs."""
     if cfg.recipe not in TRL_ROUTES:
@@ -79,7 +79,7 @@ def project_loss_reason(cfg) -> str | None:  # noqa: ANN001
     return None
 
 
-def uses_trl_loss(cfg) -> bool:  # noqa: ANN001
+def uses_trl_loss(cfg) -> bool:
     """True when TRL's own ``_compute_loss`` computes the run's loss."""
     return project_loss_reason(cfg) is None
 
@@ -88,7 +88,7 @@ def _fail(field: str, value: object, fix: str) -> None:
     raise ValueError(f"{field}={value!r} is invalid: {fix}")
 
 
-def _alias(cfg, trl_name: str, own_name: str) -> float | None:  # noqa: ANN001
+def _alias(cfg, trl_name: str, own_name: str) -> float | None:
     """One value from TRL's field and the project's (both set and different: an error)."""
     trl_value, own_value = getattr(cfg, trl_name), getattr(cfg, own_name)
     if trl_value is not None and own_value is not None and trl_value != own_value:
@@ -100,7 +100,7 @@ def _alias(cfg, trl_name: str, own_name: str) -> float | None:  # noqa: ANN001
     return own_value if own_value is not None else trl_value
 
 
-def resolve_clip(cfg) -> None:  # noqa: ANN001
+def resolve_clip(cfg) -> None:
     """``epsilon`` / ``epsilon_high`` (TRL) and ``clip_low`` / ``clip_high`` (project) are one
     setting each; both end up with the resolved value (the loss's paper default if unset).
 
@@ -111,7 +111,7 @@ def resolve_clip(cfg) -> None:  # noqa: ANN001
             if getattr(cfg, name) is not None:
                 _fail(name, getattr(cfg, name), "recipe='conspo' has no clipped ratio: unset it")
         return
-    name, inherited = seed_method_loss(
+    name, inherited = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     defaults = {**get_policy_loss(name).defaults, **inherited}
@@ -125,7 +125,7 @@ def resolve_clip(cfg) -> None:  # noqa: ANN001
     cfg.clip_high = cfg.epsilon_high = high
 
 
-def resolve_loss_type(cfg) -> None:  # noqa: ANN001
+def resolve_loss_type(cfg) -> None:
     """``loss_type`` and ``importance_sampling_level``: TRL's loss honours any value; the
     project's loss takes the ``loss_type`` values that are one of its aggregations."""
     reason = project_loss_reason(cfg)
@@ -162,16 +162,16 @@ def resolve_loss_type(cfg) -> None:  # noqa: ANN001
         )
 
 
-def _loss_options(cfg) -> set[str]:  # noqa: ANN001
+def _loss_options(cfg) -> set[str]:
     if get_recipe(cfg.recipe).loss is None:
         return set()
-    name, _ = seed_method_loss(
+    name, _ = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
     return loss_option_names(name)
 
 
-def resolve_scale_rewards(cfg) -> None:  # noqa: ANN001
+def resolve_scale_rewards(cfg) -> None:
     """``scale_rewards``: 'group' / 'none' set the recipe's std scaling (the project's
     advantages stage honours it); 'batch' and ``multi_objective_aggregation=
     'normalize_then_sum'`` keep TRL's own advantages, which only a run without RCC, dynamic
@@ -202,7 +202,7 @@ def resolve_scale_rewards(cfg) -> None:  # noqa: ANN001
             _fail("scale_rewards", value, f"recipe={cfg.recipe!r} has no advantages: unset it")
 
 
-def keeps_trl_advantages(cfg) -> bool:  # noqa: ANN001
+def keeps_trl_advantages(cfg) -> bool:
     """True when the advantages TRL computed stay (the project's stage does not run)."""
     return (
         cfg.scale_rewards == "batch"
@@ -210,7 +210,7 @@ def keeps_trl_advantages(cfg) -> bool:  # noqa: ANN001
     )
 
 
-def effective_recipe(cfg) -> Recipe:  # noqa: ANN001
+def effective_recipe(cfg) -> Recipe:
     """The recipe with the run's std scaling (``scale_rewards`` 'group' or 'none')."""
     recipe = get_recipe(cfg.recipe)
     if cfg.scale_rewards in ("group", "none"):
@@ -218,7 +218,7 @@ def effective_recipe(cfg) -> Recipe:  # noqa: ANN001
     return recipe
 
 
-def resolve_kl(cfg) -> None:  # noqa: ANN001
+def resolve_kl(cfg) -> None:
     """``beta`` with ConSPO (whose loss has no KL term) and TRL's ``use_bias_correction_kl``
     (the papers' KL, and the project's loss, have no importance weight on it: off unless
     set; the project's loss rejects it)."""
@@ -244,7 +244,7 @@ TRL_LOSS_OPTIONS_OFF: dict[str, object] = {
 }
 
 
-def check_project_loss_options(cfg) -> None:  # noqa: ANN001
+def check_project_loss_options(cfg) -> None:
     """The project's loss honours ``tool_mask``, the MoE router loss, vLLM's
     importance-sampling correction and ``off_policy_mask_threshold``; TRL's other loss-side
     options are rejected by name when it runs."""

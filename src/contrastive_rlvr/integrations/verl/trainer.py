@@ -569,7 +569,7 @@ class CrlvrTrainer(PPOTrainerSync):
                     if key in plain:
                         tag["seq_len"] = plain[key]
 
-    def _balance(self, batch, metrics, logging_prefix, keep_minibatch):  # noqa: ANN001, ANN202
+    def _balance(self, batch, metrics, logging_prefix, keep_minibatch):
         """verl's balance, or with ConSPO whole groups over the data-parallel ranks."""
         if not self._conspo:
             return super()._balance_batch(batch, metrics, logging_prefix, keep_minibatch)

@@ -14,7 +14,7 @@ from .data import DataOptions
 from .diagnostics import DiagnosticsOptions
 from .rcc import RCCOptions
 from .recipe import RecipeOptions
-from .token_methods import SeedMethodOptions
+from .token_methods import TokenMethodOptions
 
 # The order ``train --help`` lists them in (TRL's own fields come after).
 GROUPS = (
@@ -22,7 +22,7 @@ GROUPS = (
     RecipeOptions,
     BiCCOptions,
     RCCOptions,
-    SeedMethodOptions,
+    TokenMethodOptions,
     DiagnosticsOptions,
 )
 
@@ -33,7 +33,7 @@ __all__ = [
     "DiagnosticsOptions",
     "RCCOptions",
     "RecipeOptions",
-    "SeedMethodOptions",
+    "TokenMethodOptions",
     "check",
     "finite",
 ]

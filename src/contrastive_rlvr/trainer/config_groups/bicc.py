@@ -13,7 +13,7 @@ from .common import check
 
 # RECIPE_BICC_RATIO_MODE (the per-recipe default of bicc_ratio_mode) lives in
 # algorithms.bicc_defaults, which verl's config reads too; tested against docs/bicc.md in
-# tests/test_bicc_ratio_mode_default.py.
+# tests/trainer/test_bicc_ratio_mode_default.py.
 
 _TEMPLATE = BiCCTemplate()
 

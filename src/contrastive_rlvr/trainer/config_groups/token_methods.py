@@ -21,7 +21,7 @@ from .common import check
 
 
 @dataclass
-class SeedMethodOptions:
+class TokenMethodOptions:
     """VeriGate's process advantages, ReCo's occurrence weights, OC-GRPO's hinted round."""
 
     help_group: ClassVar[str] = "Token-level methods (VeriGate, ReCo, OC-GRPO)"
@@ -137,7 +137,7 @@ class SeedMethodOptions:
         metadata={"help": "Dataset column holding the reference solution the hint is cut from."},
     )
 
-    def validate_seed_methods(self) -> None:
+    def validate_token_methods(self) -> None:
         checks = (
             ("verigate_step_rule", STEP_RULES),
             ("verigate_process_norm", PROCESS_NORMS),

@@ -86,7 +86,7 @@ class Advantages:
             batch.shared["outcome_advantages"] = values
         return batch
 
-    def _usable(self, rewards: torch.Tensor, baseline, group_size: int) -> torch.Tensor:  # noqa: ANN001
+    def _usable(self, rewards: torch.Tensor, baseline, group_size: int) -> torch.Tensor:
         """The gathered batch's usable ConSPO groups (0 for one-row groups). RCC at loss
         time may move b* off-policy; this count (the stage's cut) stays the normaliser."""
         if group_size < 2:

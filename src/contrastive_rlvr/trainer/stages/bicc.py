@@ -78,7 +78,7 @@ class ConditionedPrompts:
 
     def __init__(
         self,
-        template,  # noqa: ANN001
+        template,
         *,
         ratio_mode: str,
         context_ratio: float,
@@ -168,7 +168,7 @@ class ConditionedPrompts:
             render=self.render_chat,
         )
 
-    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:  # noqa: ANN001
+    def _log_attempts(self, built, ctx: StageContext, budget: int) -> None:
         """Whole and cut attempts per conditioned row, and the share of the attempts' tokens
         kept; warns once when that share is below :data:`CUT_WARNING_SHARE`."""
         rows = built.conditioned
@@ -193,7 +193,7 @@ class ConditionedPrompts:
             )
             self._warned_cut = True
 
-    def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):  # noqa: ANN001
+    def _warn_if_nothing_fits(self, batch: Batch, ctx: StageContext, conditioned, budget: int):
         """Mixed groups but no conditioned row: the budget cannot hold even the framing."""
         if self._warned_empty or conditioned.any():
             return
@@ -238,7 +238,7 @@ class ConditionedPrompts:
         if self.off_policy_mask:
             self._set_mask_logps(batch, ctx, plain_old, conditioned_old)
 
-    def _set_mask_logps(self, batch: Batch, ctx: StageContext, plain_old, conditioned_old) -> None:  # noqa: ANN001
+    def _set_mask_logps(self, batch: Batch, ctx: StageContext, plain_old, conditioned_old) -> None:
         """What the off-policy mask compares under BiCC, like with like (docs/bicc.md).
 
         The mask (TRL's, DeepSeek-V3.2's) drops a negative row whose mean ``sampling -

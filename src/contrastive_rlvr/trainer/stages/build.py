@@ -30,7 +30,7 @@ from .verigate import ProcessAdvantages
 logger = logging.getLogger(__name__)
 
 
-def needs_reference(cfg) -> bool:  # noqa: ANN001
+def needs_reference(cfg) -> bool:
     """A frozen reference is needed for KL, for RCC's delta and for the delta diagnostics."""
     return cfg.beta > 0 or (cfg.rcc and cfg.rcc_reference == "reference") or cfg.log_delta
 
@@ -60,14 +60,14 @@ class RunFacts:
     progress: Callable[[], tuple[int, int]] | None = None
 
 
-def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):  # noqa: ANN001, ANN201
+def tokenizer_chat_renderer(tokenizer, chat_template_kwargs: dict | None):
     """Chat messages -> token ids with the tokenizer's chat template and the generation
     header (TRL's rendering of a prompt without tools); None if the tokenizer has none.
     The verl trainer renders with the same function (:func:`chat_renderer`)."""
     return chat_renderer(tokenizer, chat_template_kwargs)
 
 
-def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:  # noqa: ANN001
+def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:
     """Why RCC's delta needs a separate no-grad policy pass, or None when the loss's own
     forward gives log pi_theta(o | q) on on-policy batches (``rcc_delta_pass="auto"``)."""
     if not (cfg.rcc and cfg.rcc_reference == "reference"):
@@ -85,7 +85,7 @@ def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:  # noqa: ANN001
     return None
 
 
-def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
+def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
     """The training and evaluation pipelines (evaluation does not sample again).
 
     In the order of the papers' step: sample again where a group carries no signal
@@ -181,7 +181,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:  # noqa: ANN001
     }
 
 
-def _defer_delta(cfg, facts: RunFacts) -> Callable[[], bool]:  # noqa: ANN001
+def _defer_delta(cfg, facts: RunFacts) -> Callable[[], bool]:
     """Whether this training batch's delta may wait for the loss: not on the batches the
     gradient-variance and deltas.jsonl diagnostics read whole (``reads_batch_delta``)."""
 
@@ -193,7 +193,7 @@ def _defer_delta(cfg, facts: RunFacts) -> Callable[[], bool]:  # noqa: ANN001
     return defer
 
 
-def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]:  # noqa: ANN001
+def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]:
     """``nonfinite_rewards="skip_group"``: the stage that masks skipped groups first, and
     (with stages that sample again) the one that restores their rewards after those."""
     if cfg.nonfinite_rewards != "skip_group":
@@ -206,7 +206,7 @@ def _skip_stages(cfg, facts: RunFacts, *, resampling: bool) -> tuple[list, list]
     return [skip], [RestoreSkippedRewards()] if resampling else []
 
 
-def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:  # noqa: ANN001
+def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:
     tokenizer = facts.tokenizer
     template = cfg.bicc_template.encode(template_encoder(tokenizer), max_items=facts.group_size)
     strip = {t for t in (*facts.eos_token_ids, tokenizer.pad_token_id) if t is not None}

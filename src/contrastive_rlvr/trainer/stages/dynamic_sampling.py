@@ -81,7 +81,7 @@ class PromptWalk:
     with ``seed + 7919 * step`` when used up), a different offset per process so that
     processes draw different prompts."""
 
-    def __init__(self, dataset, seed: int, process_index: int) -> None:  # noqa: ANN001
+    def __init__(self, dataset, seed: int, process_index: int) -> None:
         self.dataset, self.seed, self.process_index = dataset, seed, process_index
         self._order: list[int] = []
 

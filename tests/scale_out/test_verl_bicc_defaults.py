@@ -1,0 +1,52 @@
+"""verl's ``policy_loss.bicc_ratio`` left unset takes the recipe's default from the one
+table both engines read (``algorithms.bicc_defaults``): ``consistent`` for ConSPO,
+``paper`` for the clipped recipes, as the TRL path's ``bicc_ratio_mode``.
+
+Needs verl (the Makefile's .venv-verl, which has no TRL: importing the table here shows
+it needs none); skipped where verl is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verl")
+
+from omegaconf import OmegaConf
+from verl.utils.config import omega_conf_to_dataclass
+
+from contrastive_rlvr.algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE
+from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
+
+TARGET = "contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig"
+# docs/bicc.md "Ratio mode per recipe", written out by hand, by verl loss name; verl's own
+# losses and GSPO's token form are no table row and take the unlisted default, paper.
+EXPECTED = {
+    "crlvr_grpo": "paper",
+    "crlvr_dr_grpo": "paper",
+    "crlvr_dapo": "paper",
+    "crlvr_gmpo": "paper",
+    "crlvr_gspo": "paper",
+    "crlvr_gspo_token": "paper",
+    "crlvr_conspo": "consistent",
+    "vanilla": "paper",
+}
+
+
+@pytest.mark.parametrize("loss_mode", sorted(EXPECTED))
+def test_unset_ratio_takes_the_recipes_default(loss_mode):
+    assert CrlvrPolicyLossConfig(loss_mode=loss_mode).bicc_ratio == EXPECTED[loss_mode]
+    # as Hydra builds it from a verl YAML without the field
+    built = omega_conf_to_dataclass(OmegaConf.create({"_target_": TARGET, "loss_mode": loss_mode}))
+    assert built.bicc_ratio == EXPECTED[loss_mode]
+
+
+def test_every_table_row_reaches_verl():
+    for recipe, mode in RECIPE_BICC_RATIO_MODE.items():
+        assert CrlvrPolicyLossConfig(loss_mode=f"crlvr_{recipe}").bicc_ratio == mode
+
+
+@pytest.mark.parametrize("mode", ["paper", "consistent"])
+def test_a_ratio_the_user_sets_wins(mode):
+    for loss_mode in ("crlvr_conspo", "crlvr_grpo"):
+        assert CrlvrPolicyLossConfig(loss_mode=loss_mode, bicc_ratio=mode).bicc_ratio == mode
