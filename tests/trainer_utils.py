@@ -71,3 +71,27 @@ def make_trainer(
         train_dataset=prompt_dataset(),
         processing_class=load_char_tokenizer(model_dir),
     )
+
+
+def _tiny_run_args(tmp_path: Path) -> list[str]:
+    """A one-step `train` command line on the tiny saved model, a 24-row problem file and a
+    coin-flip reward file, all written under ``tmp_path``."""
+    import json
+
+    model_dir = save_tiny_model(tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    rows = [{"problem": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = tmp_path / "coin_reward.py"
+    reward.write_text(
+        "def coin(prompts, completions, **kwargs):\n"
+        "    return [float(i % 2) for i, _ in enumerate(completions)]\n"
+    )
+    return [
+        "--model", str(model_dir), "--dataset", str(data), "--output_dir", str(tmp_path / "out"),
+        "--heldout_size", "4", "--eval_n", "1", "--max_steps", "1", "--num_generations", "4",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "4",
+        "--learning_rate", "0.01", "--warmup_steps", "0", "--save_strategy", "no",
+        # mixed groups whatever the model says, so the one step changes the weights
+        "--rewards", f"{reward}:coin",
+    ]  # fmt: skip

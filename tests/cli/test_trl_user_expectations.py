@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainer_utils import _tiny_run_args
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import _STATE, DEBUG_HINT, app
@@ -191,30 +192,6 @@ log.info("through-root")
 
 
 # -- item: push_to_hub at the end of a run ----------------------------------------------
-
-
-def _tiny_run_args(tmp_path: Path) -> list[str]:
-    import json
-
-    from trainer_utils import save_tiny_model
-
-    model_dir = save_tiny_model(tmp_path / "model")
-    data = tmp_path / "train.jsonl"
-    rows = [{"problem": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(4)]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    reward = tmp_path / "coin_reward.py"
-    reward.write_text(
-        "def coin(prompts, completions, **kwargs):\n"
-        "    return [float(i % 2) for i, _ in enumerate(completions)]\n"
-    )
-    return [
-        "--model", str(model_dir), "--dataset", str(data), "--output_dir", str(tmp_path / "out"),
-        "--heldout_size", "4", "--eval_n", "1", "--max_steps", "1", "--num_generations", "4",
-        "--per_device_train_batch_size", "8", "--max_completion_length", "4",
-        "--learning_rate", "0.01", "--warmup_steps", "0", "--save_strategy", "no",
-        # mixed groups whatever the model says, so the one step changes the weights
-        "--rewards", f"{reward}:coin",
-    ]  # fmt: skip
 
 
 class _FakeHub:

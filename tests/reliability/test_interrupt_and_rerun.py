@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_issue18_left import _tiny_run_args
+from trainer_utils import _tiny_run_args
 from transformers import PreTrainedModel
 from typer.testing import CliRunner
 

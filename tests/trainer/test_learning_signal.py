@@ -19,7 +19,7 @@ from contrastive_rlvr.trainer.guards import AllUpdatesSkipped
 from contrastive_rlvr.trainer.learning_signal import LearningSignal, warmup_problem
 from contrastive_rlvr.trainer.parse import parse_config
 
-GSM8K_TINY = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
+GSM8K_TINY = Path(__file__).parents[1] / "fixtures" / "gsm8k_tiny.jsonl"
 
 
 def _monitor(rewards=(), names=()):

@@ -18,7 +18,7 @@ from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError, preflight
 from contrastive_rlvr.trainer.run import heldout_reward_index, settings_line
 
-GSM8K_TINY = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
+GSM8K_TINY = Path(__file__).parents[1] / "fixtures" / "gsm8k_tiny.jsonl"
 PROSE = "Tom has 2 + 5 = 7 apples. So, the final answer is 7."
 
 

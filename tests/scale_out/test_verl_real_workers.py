@@ -37,9 +37,9 @@ pytest.importorskip("verl")
 
 pytestmark = [pytest.mark.verl_real, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes" / "verl"
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 900
 
 GROUP = 4  # rollout.n

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_issue18_left import _tiny_run_args
+from trainer_utils import _tiny_run_args
 from typer.testing import CliRunner
 
 from contrastive_rlvr import models

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_data_trl_formats import chat_model
+from inputs.test_trl_dataset_formats import chat_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 MODEL_ALIAS = "smollm2-135m"
 

@@ -1,4 +1,4 @@
-"""The shared (packed) forward is right in every dtype (trainer/probe.py, packed_kernels.py,
+"""The shared (packed) forward is right in every dtype (shared_forward/probe.py, packed_kernels.py,
 packed_prefix.py, sharing.py): the probe decides in float32 at the longest width the run can
 reach, the packed forms refuse attention arguments they do not implement (softcap, a
 sliding window, sinks) instead of dropping them, and a model whose attention applies
@@ -13,30 +13,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from contrastive_rlvr.trainer.packed_kernels import (
-    FLEX_ATTENTION,
-    UNIMPLEMENTED_ARGUMENTS,
-    VARLEN_ATTENTION,
-    enable_kernel_form,
-    varlen_attention_reference,
-    varlen_layout,
-)
-from contrastive_rlvr.trainer.packed_prefix import (
-    PackedPrefixUnsupported,
-    build_packed_layout,
-    enable_split_attention,
-    flex_block_mask,
-    packed_prefix_forward,
-    supports_packed_prefix,
-)
-from contrastive_rlvr.trainer.probe import (
-    PROBE_LAYERS,
-    float32_copy,
-    per_row_logps,
-    probe_packed_forward,
-    synthetic_batch,
-)
-from contrastive_rlvr.trainer.sharing import PromptSharing, reachable_width
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -48,8 +24,32 @@ from transformers import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from trl.trainer.utils import add_fused_lm_head
 
-from contrastive_rlvr.trainer import packed_prefix as packed_prefix_module
-from contrastive_rlvr.trainer import sharing as sharing_module
+from contrastive_rlvr.shared_forward import packed_prefix as packed_prefix_module
+from contrastive_rlvr.shared_forward import sharing as sharing_module
+from contrastive_rlvr.shared_forward.packed_kernels import (
+    FLEX_ATTENTION,
+    UNIMPLEMENTED_ARGUMENTS,
+    VARLEN_ATTENTION,
+    enable_kernel_form,
+    varlen_attention_reference,
+    varlen_layout,
+)
+from contrastive_rlvr.shared_forward.packed_prefix import (
+    PackedPrefixUnsupported,
+    build_packed_layout,
+    enable_split_attention,
+    flex_block_mask,
+    packed_prefix_forward,
+    supports_packed_prefix,
+)
+from contrastive_rlvr.shared_forward.probe import (
+    PROBE_LAYERS,
+    float32_copy,
+    per_row_logps,
+    probe_packed_forward,
+    synthetic_batch,
+)
+from contrastive_rlvr.shared_forward.sharing import PromptSharing, reachable_width
 
 VOCAB = 97
 WINDOW = 8  # the tiny Mistral's sliding window, in tokens
@@ -229,7 +229,7 @@ def test_soft_capped_gemma2_is_never_packed(form, caplog):
     assert supports_packed_prefix(model) == (True, "")  # nothing static shows the cap
     sharing = sharing_for_run()
     assert sharing.prepare(model, "policy") == "packed"  # a candidate until proven
-    caplog.set_level(logging.INFO, logger="contrastive_rlvr.trainer.sharing")
+    caplog.set_level(logging.INFO, logger="contrastive_rlvr.shared_forward.sharing")
     for width in (10, 40):  # the first batch, then a longer one
         tensors = synthetic_batch(width, 6, VOCAB)
         assert shared_forward(sharing, model, tensors) is None  # per row

@@ -30,7 +30,7 @@ from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer
 
 torch.set_num_threads(1)
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "verl"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "verl"
 EOS, PAD = 99, 0
 # what verl's actor update reads of every row (verl/workers/utils/losses.py, ppo_loss)
 UPDATE_FIELDS = ["input_ids", "prompts", "responses", "response_mask", "old_log_probs"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_probe_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_probe_check.py"
 
 
 def probe_check():

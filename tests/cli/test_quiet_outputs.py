@@ -12,7 +12,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from test_issue18_left import _tiny_run_args
+from trainer_utils import _tiny_run_args
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app

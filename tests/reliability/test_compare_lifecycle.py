@@ -23,7 +23,7 @@ import yaml
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.trainer.preflight import UserError
 
-FAKE_WORKER = Path(__file__).parent / "scripts" / "compare_fake_worker.py"
+FAKE_WORKER = Path(__file__).parents[1] / "scripts" / "compare_fake_worker.py"
 #: Far longer than any of the waits below needs; only a broken case reaches it.
 PATIENCE_S = 120
 

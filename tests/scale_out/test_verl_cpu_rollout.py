@@ -1,6 +1,6 @@
 """The test-side rollout server of :mod:`verl_cpu`, without Ray.
 
-The real-worker test (tests/test_verl_real_workers.py) reads "the weights reached
+The real-worker test (tests/scale_out/test_verl_real_workers.py) reads "the weights reached
 the rollout" off the agreement of the rollout's and the actor's log-probs; that
 reading holds only if a server that was never synced disagrees and one that was
 agrees exactly. Checked here on the tiny Llama in float32. Needs verl (.venv-verl).
