@@ -174,16 +174,38 @@ def main_ppo(recipe: str, overrides: list[str], out: Path, log_name: str):
         except subprocess.TimeoutExpired:
             code = -1
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_session(proc.pid)
     steps: dict[int, dict] = {}
     if metrics_path.exists():
         for line in metrics_path.read_text().splitlines():
             record = json.loads(line)
             steps.setdefault(int(record["step"]), {}).update(record["data"])
     return code, steps, log_path.read_text()
+
+
+def kill_session(sid: int) -> None:
+    """Kill every process left in the run's session: Ray gives each worker its own
+    process group, and a worker can outlive a driver that exited cleanly."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # fields after the command name (in parentheses): state ppid pgrp session ...
+            if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def merged(*runs: dict[int, dict]) -> dict[int, dict]:
+    """Step records of several runs, each step's metrics merged (the resumed run logs its
+    validation at the checkpoint's step too)."""
+    out: dict[int, dict] = {}
+    for run in runs:
+        for step, metrics in run.items():
+            out.setdefault(step, {}).update(metrics)
+    return out
 
 
 def tail(text: str, lines: int = 60) -> str:
@@ -229,7 +251,7 @@ def run_recipe(recipe: str, task, tmp_path: Path, ranks: int = 1, resume: bool =
 
 def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
     steps, after = run_recipe("grpo_bicc_rcc", task, tmp_path)
-    every = {**steps, **after}
+    every = merged(steps, after)
     for s in (1, 2, 3, 4):
         m = every[s]
         # BiCC: rows of groups with both outcomes read the opposite attempts
@@ -242,7 +264,7 @@ def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
 
 def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
     steps, after = run_recipe("conspo_rcc", task, tmp_path)
-    every = {**steps, **after}
+    every = merged(steps, after)
     # margin m_t = (0.01 / 2)(1 - cos(pi * min(progress / 0.3, 1))), progress = (t - 1) / T
     for s, total in ((1, 3), (2, 3), (3, 3), (4, 4)):
         progress = min((s - 1) / total / 0.3, 1.0)
