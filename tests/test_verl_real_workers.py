@@ -17,7 +17,7 @@ step's progress; that the weights reach the rollout (the rollout server starts
 from random weights, ``load_format=dummy``, and its log-probs of the sampled tokens
 match the actor's on the same tokens, verl's ``training/rollout_*probs*`` metrics).
 
-Slow (about 2 minutes and 5 GB a run): marked ``verl_real``, kept out of
+Slow (5-7 minutes a run on a shared 2-core machine): marked ``verl_real``, kept out of
 ``make test``; ``make test-verl-real`` runs it. Needs verl (.venv-verl).
 """
 
