@@ -17,7 +17,7 @@ step's progress; that the weights reach the rollout (the rollout server starts
 from random weights, ``load_format=dummy``, and its log-probs of the sampled tokens
 match the actor's on the same tokens, verl's ``training/rollout_*probs*`` metrics).
 
-Slow (about 2 minutes and 5 GB a run): marked ``verl_real``, kept out of
+Slow (5-7 minutes a run on a shared 2-core machine): marked ``verl_real``, kept out of
 ``make test``; ``make test-verl-real`` runs it. Needs verl (.venv-verl).
 """
 
@@ -174,16 +174,38 @@ def main_ppo(recipe: str, overrides: list[str], out: Path, log_name: str):
         except subprocess.TimeoutExpired:
             code = -1
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_session(proc.pid)
     steps: dict[int, dict] = {}
     if metrics_path.exists():
         for line in metrics_path.read_text().splitlines():
             record = json.loads(line)
             steps.setdefault(int(record["step"]), {}).update(record["data"])
     return code, steps, log_path.read_text()
+
+
+def kill_session(sid: int) -> None:
+    """Kill every process left in the run's session: Ray gives each worker its own
+    process group, and a worker can outlive a driver that exited cleanly."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # fields after the command name (in parentheses): state ppid pgrp session ...
+            if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def merged(*runs: dict[int, dict]) -> dict[int, dict]:
+    """Step records of several runs, each step's metrics merged (the resumed run logs its
+    validation at the checkpoint's step too)."""
+    out: dict[int, dict] = {}
+    for run in runs:
+        for step, metrics in run.items():
+            out.setdefault(step, {}).update(metrics)
+    return out
 
 
 def tail(text: str, lines: int = 60) -> str:
@@ -229,7 +251,7 @@ def run_recipe(recipe: str, task, tmp_path: Path, ranks: int = 1, resume: bool =
 
 def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
     steps, after = run_recipe("grpo_bicc_rcc", task, tmp_path)
-    every = {**steps, **after}
+    every = merged(steps, after)
     for s in (1, 2, 3, 4):
         m = every[s]
         # BiCC: rows of groups with both outcomes read the opposite attempts
@@ -237,18 +259,18 @@ def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
         assert 0 < m["bicc/conditioned_frac"] <= 1
         # RCC: the baseline moved off the group mean where delta varies
         assert math.isfinite(m["crlvr/rcc/baseline_shift_mean"])
-    assert any(every[s]["crlvr/rcc/baseline_shift_max_abs"] > 0 for s in every)
+    assert any(every[s].get("crlvr/rcc/baseline_shift_max_abs", 0) > 0 for s in every)
 
 
 def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
     steps, after = run_recipe("conspo_rcc", task, tmp_path)
-    every = {**steps, **after}
+    every = merged(steps, after)
     # margin m_t = (0.01 / 2)(1 - cos(pi * min(progress / 0.3, 1))), progress = (t - 1) / T
     for s, total in ((1, 3), (2, 3), (3, 3), (4, 4)):
         progress = min((s - 1) / total / 0.3, 1.0)
         expected = 0.005 * (1 - math.cos(math.pi * progress))
         assert every[s]["crlvr/conspo/margin"] == pytest.approx(expected, abs=1e-9)
-    assert any(every[s]["crlvr/rcc/baseline_shift_max_abs"] > 0 for s in every)
+    assert any(every[s].get("crlvr/rcc/baseline_shift_max_abs", 0) > 0 for s in every)
 
 
 def test_grpo_bicc_rcc_recipe_on_two_ranks(task, tmp_path):
