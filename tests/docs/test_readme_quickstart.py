@@ -1,6 +1,7 @@
 """The README's quick starts run as written: the Python block and the command-line block
 are read out of README.md and run on the tiny model (in place of SmolLM2, which takes
-minutes a step here), with a small problem file in place of the user's."""
+minutes a step here; its 256 positions keep the command line's completions to 64 tokens),
+with a problem file in place of the user's."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _block(heading: str, language: str) -> str:
     return match.group(1)
 
 
-def _problems(path: Path, n: int = 12) -> Path:
+def _problems(path: Path, n: int = 240) -> Path:
     rows = [{"prompt": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1)} for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -80,6 +81,10 @@ def test_cli_quick_start_runs_as_written(tmp_path):
     _problems(tmp_path / "my_problems.jsonl")
     for command in commands:
         args = [str(model) if a == MODEL_ALIAS else a for a in command[1:]]
+        # the tiny model has 256 positions: its completions are kept to 64 tokens
+        for i, a in enumerate(args[:-1]):
+            if a in ("--max_completion_length", "--max-new-tokens"):
+                args[i + 1] = "64"
         done = subprocess.run([sys.executable, "-m", "contrastive_rlvr.cli", *args], cwd=tmp_path,
                               env=_env(), capture_output=True, text=True, timeout=1200,
                               check=False)  # fmt: skip

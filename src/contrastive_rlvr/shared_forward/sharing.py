@@ -289,3 +289,18 @@ def reachable_width(
         )
     width = longest + context + cfg.max_completion_length
     return min(width, max_positions) if max_positions else width
+
+
+def dataset_reachable_width(config, dataset, tokenizer, model) -> int | None:
+    """The longest forward a run of ``config`` on ``dataset`` can reach, for the shared
+    forward's probe (:func:`reachable_width` over the first :data:`WIDTH_SAMPLE` prompts);
+    None when the run shares no prompts or the dataset cannot be sampled (an iterable
+    one: the probe then follows the batches' widths)."""
+    if not (config.bicc and config.share_prefix) and not config.share_plain_prompt:
+        return None
+    columns = getattr(dataset, "column_names", None) or ()
+    if "prompt" not in columns or not hasattr(dataset, "select"):
+        return None
+    sample = dataset.select(range(min(WIDTH_SAMPLE, len(dataset))))
+    positions = getattr(model.config, "max_position_embeddings", None)
+    return reachable_width(config, list(sample["prompt"]), tokenizer, positions)

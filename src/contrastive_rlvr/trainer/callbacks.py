@@ -169,6 +169,7 @@ def attach_project_callbacks(trainer) -> None:
     fraction, the learning-signal checks (``trainer.learning_signal``) and the
     diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
+    from .disk import CheckpointSizes
     from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, unique_names
     from .learning_signal import LearningSignal
     from .training_diagnostics import diagnostics_callback
@@ -196,6 +197,7 @@ def attach_project_callbacks(trainer) -> None:
     if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
         trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))
     trainer.add_callback(MetricsJsonl(config.output_dir))
+    trainer.add_callback(CheckpointSizes())  # sizes on disk, and the options that keep less
     # Whether the run can learn, and if not why (docs/first-run.md).
     trainer.learning_signal = LearningSignal(trainer)
     trainer.add_callback(trainer.learning_signal)

@@ -1,37 +1,22 @@
 """``RLVRTrainer``: TRL's GRPOTrainer running the recipes with BiCC, RCC, VeriGate, ReCo, OC-GRPO.
 
-TRL brings generation (HF generate on CPU, vLLM on GPU), accelerate/DeepSpeed, PEFT, logging and
-checkpoints. This class keeps only the TRL hooks it overrides and hands the work to two objects
-built once from the config: the stage pipeline (:mod:`.stages`, the batch after TRL's generation
-and scoring) and the loss (:mod:`.loss`). docs/architecture.md has the picture. Overridden TRL
-hooks (private API of the pinned TRL; each is covered by ``tests/trainer/test_trl_hooks.py``, the
-token-level methods' wiring by ``tests/trainer/test_token_methods_in_trainer.py``):
-
-- ``_calculate_rewards``: keeps the gathered per-function rewards, which TRL
-  turns into advantages without returning them.
-- ``_generate_and_score_completions``: after TRL's generation and scoring, runs
-  the stages (hinted round, dynamic sampling, log-prob passes, advantages,
-  process advantages, occurrence weights, conditioned prompts, diagnostics),
-  each timed as ``timing_s/<stage>``.
-- ``_prepare_inputs``: shuffles whole groups instead of rows before splitting
-  the generation batch into micro-batches, so that every micro-batch holds
-  whole groups when its size allows (ConSPO needs it).
-- ``_get_per_token_logps_and_entropies``: rows whose prompts repeat (BiCC's partitions)
-  run in one forward encoding each prompt once (:class:`.PromptSharing`;
-  tests/shared_forward/test_sharing.py).
-- ``_get_train_sampler`` (:class:`.epoch_sampler.EpochAlignedResume`): resumes exact past an epoch.
-- ``_save_checkpoint`` (:class:`.interrupts.WholeCheckpoints`): a Ctrl-C during a
-  checkpoint write finishes it (a second one abandons it) rather than leaving it half written.
-- ``_compute_loss``: the run's loss on the micro-batch, TRL's own for the recipes
-  TRL has (docs/trl-parity.md); a non-finite loss is counted and its update skipped
-  (see :class:`.guards.SkipNonFiniteUpdates`).
+TRL brings generation, accelerate/DeepSpeed, PEFT, logging and checkpoints. This class keeps
+only the TRL hooks it overrides (private API of the pinned TRL, each covered by
+``tests/trainer/test_trl_hooks.py``) and hands the work to the stage pipeline
+(:mod:`.stages`) and the loss (:mod:`.loss`), both built once from the config
+(docs/architecture.md): ``_calculate_rewards`` keeps the per-function rewards;
+``_generate_and_score_completions`` runs the stages after TRL's scoring, each timed as
+``timing_s/<stage>``; ``_prepare_inputs`` shuffles whole groups (ConSPO needs them);
+``_get_per_token_logps_and_entropies`` encodes each repeated prompt once
+(:class:`.PromptSharing`); ``_get_train_sampler`` resumes exact past an epoch
+(:class:`.epoch_sampler.EpochAlignedResume`); ``_save_checkpoint`` finishes a checkpoint a
+Ctrl-C interrupts (:class:`.interrupts.WholeCheckpoints`); ``_compute_loss`` runs the loss,
+TRL's own for the recipes TRL has, counting and skipping a non-finite one.
 """
 
 from __future__ import annotations
 
-import re
 import time
-import warnings
 from typing import Any
 
 import torch
@@ -41,58 +26,31 @@ from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
 from ..metrics import logged_name
-from ..models import ALIASES
-from ..shared_forward.sharing import WIDTH_SAMPLE, PromptSharing, reachable_width
+from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
-from .disk import CheckpointSizes
 from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, build_loss
 from .model_card import ProjectModelCard, load_named_model, record_base_model
+from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
 
-# The pinned TRL calls transformers' deprecated gradient-checkpointing methods on every
-# generation (trl/models/utils.py), so every run printed three FutureWarnings no user can act
-# on. Only those exact messages are silenced; a user's own call of a deprecated name, and
-# every other warning, still show.
-warnings.filterwarnings(
-    "ignore",
-    message=r"`(gradient_checkpointing_enable|gradient_checkpointing_disable|"
-    r"is_gradient_checkpointing)` is deprecated",
-    category=FutureWarning,
-)
-# An adapter on an alias records the alias's upstream id (models.recorded_model_id); offline,
-# PEFT's save looks that id up to see whether the vocabulary was resized and warns that it
-# cannot. The project never resizes an alias's vocabulary, so for those ids it is noise.
-for _alias in ALIASES.values():
-    warnings.filterwarnings(
-        "ignore",
-        message=f"Could not find a config file in {re.escape(_alias.upstream)} ",
-        category=UserWarning,
-    )
+silence_known_warnings()
 
 
 class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
-    """GRPO-family trainer for the recipes of :mod:`contrastive_rlvr.algorithms`.
-
-    Takes the same arguments as ``trl.GRPOTrainer`` with ``args`` an
-    :class:`RLVRConfig`. See the module docstring for the overridden hooks.
-    """
+    """``trl.GRPOTrainer``'s arguments, ``args`` an :class:`RLVRConfig` (module docstring)."""
 
     def __init__(
-        self,
-        model: Any,
-        reward_funcs: Any = None,
-        args: RLVRConfig | None = None,
-        *rest: Any,
+        self, model: Any, reward_funcs: Any = None, args: RLVRConfig | None = None, *rest: Any,
         **kwargs: Any,
-    ):
+    ):  # fmt: skip
         if args is None:  # as TRL: a default config named after the model
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
@@ -123,7 +81,9 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         if self.ref_model is None and needs_reference(config) and not adapter:
             self.ref_model = frozen_copy(self)
         self.prompt_sharing = PromptSharing.from_config(
-            config, self.accelerator.num_processes, self._reachable_width(config)
+            config,
+            self.accelerator.num_processes,
+            dataset_reachable_width(config, self.train_dataset, self._tokenizer, self.model),
         )
         self.prompt_sharing.prepare(self.model, "policy")
         self.prompt_sharing.prepare(self.ref_model, "reference")
@@ -141,19 +101,6 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
-        self.add_callback(CheckpointSizes())
-
-    def _reachable_width(self, config: RLVRConfig) -> int | None:
-        """The longest forward the run can reach, for the shared forward's probe (only
-        measured when the run shares prompts)."""
-        if not (config.bicc and config.share_prefix) and not config.share_plain_prompt:
-            return None
-        columns = getattr(self.train_dataset, "column_names", None) or ()
-        if "prompt" not in columns or not hasattr(self.train_dataset, "select"):
-            return None  # an iterable dataset: the probe follows the batches' widths
-        sample = self.train_dataset.select(range(min(WIDTH_SAMPLE, len(self.train_dataset))))
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        return reachable_width(config, list(sample["prompt"]), self._tokenizer, positions)
 
     # ------------------------------------------------------------------ shared plumbing
 
