@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from contrastive_rlvr import compare as cmp
+from contrastive_rlvr.compare import launch as compare_launch
 from contrastive_rlvr.trainer.preflight import UserError
 
 FAKE_WORKER = Path(__file__).parents[1] / "scripts" / "compare_fake_worker.py"
@@ -90,7 +91,7 @@ def test_sigkill_of_compare_ends_its_children_and_the_rerun_finishes(tmp_path, l
         code = 1
         try:
             os.environ["FAKE_RELEASE"] = str(release)
-            cmp._child_command = lambda argv: [sys.executable, str(FAKE_WORKER), *argv]
+            compare_launch._child_command = lambda argv: [sys.executable, str(FAKE_WORKER), *argv]
             cmp.run_compare(spec, echo=lambda line: None)
             code = 0
         finally:

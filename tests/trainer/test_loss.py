@@ -266,7 +266,7 @@ def test_conspo_gradient_is_the_same_for_any_split():
     ],
 )
 def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, expected):
-    import contrastive_rlvr.trainer.loss as loss_module
+    import contrastive_rlvr.trainer.loss.objectives as objectives_module
 
     cfg = RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=4, max_completion_length=8,
@@ -281,7 +281,7 @@ def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, 
         seen["advantages"] = advantages
         return logp.sum() * 0, {}
 
-    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    monkeypatch.setattr(objectives_module, "policy_loss", capture)
     logp = torch.tensor([[0.0], [0.0], [0.0], [5.0]])
     inputs = {
         "completion_mask": torch.ones(4, 1),
@@ -298,7 +298,7 @@ def test_sampling_rcc_in_the_loss_takes_the_bound(tmp_path, monkeypatch, bound, 
 def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):
     """BiCC's loss with RCC's sampling reference (Dr.GRPO, b* unbounded), and the
     advantages every ``policy_loss`` call received."""
-    import contrastive_rlvr.trainer.loss as loss_module
+    import contrastive_rlvr.trainer.loss.objectives as objectives_module
 
     cfg = RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=4, max_completion_length=8,
@@ -313,7 +313,7 @@ def _bicc_rcc_loss(tmp_path, monkeypatch, mix: float):
         seen.append(advantages)
         return logp.sum() * 0, {}
 
-    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    monkeypatch.setattr(objectives_module, "policy_loss", capture)
     return loss, seen
 
 

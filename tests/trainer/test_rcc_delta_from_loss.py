@@ -12,7 +12,8 @@ import pytest
 import torch
 from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model, token_parity_reward
 
-import contrastive_rlvr.trainer.loss as loss_module
+import contrastive_rlvr.trainer.loss.build as build_module
+import contrastive_rlvr.trainer.loss.objectives as objectives_module
 from contrastive_rlvr.algorithms import rcc_advantages, rcc_baseline
 from contrastive_rlvr.trainer.stages.build import rcc_delta_pass_reason
 from contrastive_rlvr.trainer.training_diagnostics import reads_batch_delta
@@ -95,22 +96,22 @@ def test_loss_uses_rcc_advantages_of_its_own_forward(model_dir, tmp_path, monkey
 
     used = []
     if recipe == "grpo":  # TRL's loss reads inputs["advantages"] after its forward
-        original = loss_module.rcc_advantages_of
+        original = build_module.rcc_advantages_of
 
         def capture(*args, **kwargs):
             value = original(*args, **kwargs)
             used.append(value)
             return value
 
-        monkeypatch.setattr(loss_module, "rcc_advantages_of", capture)
+        monkeypatch.setattr(build_module, "rcc_advantages_of", capture)
     else:
-        original = loss_module.policy_loss
+        original = objectives_module.policy_loss
 
         def capture(name, logp, old, advantages, mask, **options):
             used.append(advantages)
             return original(name, logp, old, advantages, mask, **options)
 
-        monkeypatch.setattr(loss_module, "policy_loss", capture)
+        monkeypatch.setattr(objectives_module, "policy_loss", capture)
     loss = trainer._compute_loss(trainer.model, batch)
     assert torch.isfinite(loss)
     assert len(used) == 1
@@ -130,13 +131,13 @@ def test_conspo_baseline_from_its_own_forward(model_dir, tmp_path, monkeypatch):
     rewards = torch.tensor(token_parity_reward(None, None, completions))
     expected = rcc_baseline(rewards, delta, GROUP, coef=2.0, bound="reward_range")
     seen = []
-    original = loss_module.conspo_loss
+    original = objectives_module.conspo_loss
 
     def capture(*args, baseline=None, **kwargs):
         seen.append(baseline)
         return original(*args, baseline=baseline, **kwargs)
 
-    monkeypatch.setattr(loss_module, "conspo_loss", capture)
+    monkeypatch.setattr(objectives_module, "conspo_loss", capture)
     trainer._compute_loss(trainer.model, batch)
     torch.testing.assert_close(seen[0], expected, atol=1e-4, rtol=1e-4)
 

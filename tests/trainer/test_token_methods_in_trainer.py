@@ -21,7 +21,7 @@ from test_trl_hooks import direct_logps, rows
 from trainer_utils import GROUP, make_config, save_tiny_model
 from transformers import AutoModelForCausalLM
 
-import contrastive_rlvr.trainer.loss as loss_module
+import contrastive_rlvr.trainer.loss.objectives as objectives_module
 import contrastive_rlvr.trainer.stages.reco as reco_stage_module
 from contrastive_rlvr.algorithms import ArithmeticStepScorer, group_advantages, verigate_advantages
 from contrastive_rlvr.embedded import load_char_tokenizer
@@ -242,13 +242,13 @@ def test_oc_grpo_guided_prompts_and_loss_on_the_unguided_prompt(model_dir, tmp_p
     assert trainer._metrics["train"]["oc/rescued_frac"][-1] == 1.0
 
     captured = {}
-    real = loss_module.policy_loss
+    real = objectives_module.policy_loss
 
     def capture(name, logp, old, advantages, mask, **options):
         captured.update(name=name, logp=logp.detach(), old=old, guided=options.get("guided"))
         return real(name, logp, old, advantages, mask, **options)
 
-    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    monkeypatch.setattr(objectives_module, "policy_loss", capture)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop
     trainer._compute_loss(trainer.model, out)
     assert captured["name"] == "oc_grpo" and captured["guided"].all()
@@ -346,7 +346,7 @@ def test_reco_micro_batch_losses_add_up_to_the_window_loss(model_dir, tmp_path, 
         return torch.cat([torch.nn.functional.pad(p, (0, width - p.size(1))) for p in parts])
 
     logp, mask = cat(logps), cat(masks)
-    expected, _ = loss_module.policy_loss(
+    expected, _ = objectives_module.policy_loss(
         "reco", logp, logp, torch.cat(advantages), mask, weights=torch.cat(weights)
     )
     assert total.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
@@ -496,13 +496,13 @@ def test_reco_entropy_factor_reads_the_loss_forward_entropies(model_dir, tmp_pat
     batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
     assert "reco_variance_mean" not in batch  # the variance factor's Z is not needed
     seen = []
-    original = loss_module.policy_loss
+    original = objectives_module.policy_loss
 
     def capture(name, logp, old, advantages, mask, **options):
         seen.append(options)
         return original(name, logp, old, advantages, mask, **options)
 
-    monkeypatch.setattr(loss_module, "policy_loss", capture)
+    monkeypatch.setattr(objectives_module, "policy_loss", capture)
     loss = trainer._compute_loss(trainer.model, batch)
     assert torch.isfinite(loss)
     options = seen[0]

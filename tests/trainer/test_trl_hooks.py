@@ -10,7 +10,7 @@ import pytest
 import torch
 from trainer_utils import GROUP, make_config, make_trainer, save_tiny_model, token_parity_reward
 
-import contrastive_rlvr.trainer.loss as loss_module
+import contrastive_rlvr.trainer.loss.objectives as objectives_module
 import contrastive_rlvr.trainer.rlvr_trainer as rlvr_trainer_module
 from contrastive_rlvr.algorithms import group_advantages, rcc_advantages
 from contrastive_rlvr.trainer.batching import group_permutation
@@ -171,7 +171,7 @@ def test_group_permutation_moves_whole_groups():
 
 
 def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_path, monkeypatch):
-    real = loss_module.policy_loss
+    real = objectives_module.policy_loss
     calls = {"n": 0}
 
     def nan_first(*args, **kwargs):
@@ -179,7 +179,7 @@ def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_pat
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] == 1 else loss), metrics
 
-    monkeypatch.setattr(loss_module, "policy_loss", nan_first)
+    monkeypatch.setattr(objectives_module, "policy_loss", nan_first)
     # GMPO runs the project's loss (the recipes TRL has run TRL's, see test_trl_parity_loss).
     config = make_config(tmp_path, max_steps=1, recipe="gmpo")
     trainer = make_trainer(model_dir, config)
