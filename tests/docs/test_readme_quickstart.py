@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from inputs.test_trl_dataset_formats import chat_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +66,6 @@ def _commands(block: str) -> list[list[str]]:
     return commands
 
 
-@pytest.mark.slow
 def test_cli_quick_start_runs_as_written(tmp_path):
     heading = "Command-line quick start: BiCC + RCC on your model and data"
     commands = _commands(_block(heading, "bash"))
