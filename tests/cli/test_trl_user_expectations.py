@@ -23,6 +23,7 @@ FAILING = {
     "plot": ["plot", "/nonexistent-run-folder"],
     "report": ["report", "/nonexistent-run-folder"],
     "eval": ["eval", "--model", "x", "--limit", "0"],
+    "premise": ["premise", "--max_step", "7"],
 }
 
 

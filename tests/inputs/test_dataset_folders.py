@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from datasets import Dataset, DatasetDict
-from trainer_utils import make_config
+from trainer_utils import make_config, save_tiny_model
 
 from contrastive_rlvr.data import load_prompts
 from contrastive_rlvr.trainer.preflight import UserError, preflight
@@ -83,8 +83,7 @@ def test_dataset_name_folder_through_preflight(tmp_path):
         tmp_path, model=str(tmp_path / "m"), dataset_name=str(root), dataset_config="main",
         heldout_size=2, rewards=["math_verify"],
     )  # fmt: skip
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text("{}")
+    save_tiny_model(tmp_path / "m")
     checked = preflight(config)  # no model loads here
     assert len(checked.prompts.dataset) == 6
     file_config = make_config(tmp_path, model=str(tmp_path / "m"),

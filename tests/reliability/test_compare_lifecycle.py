@@ -241,7 +241,7 @@ def test_a_folder_made_before_an_option_existed_is_reused(tmp_path, locking_trai
 
 
 def test_resume_accepts_a_config_made_before_an_option_existed():
-    from contrastive_rlvr.checkpoints import config_differences
+    from contrastive_rlvr.trainer.config_compare import config_differences
     from contrastive_rlvr.trainer.parse import parse_config
 
     current = parse_config(None, ["--output_dir", "x"]).to_dict()

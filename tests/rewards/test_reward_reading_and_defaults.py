@@ -135,7 +135,7 @@ def test_the_settings_a_short_run_depends_on_are_printed_at_the_start(tmp_path, 
 
 
 def test_the_held_out_reward_and_the_no_signal_policy_do_not_block_a_resume():
-    from contrastive_rlvr.checkpoints import config_differences
+    from contrastive_rlvr.trainer.config_compare import config_differences
 
     base = ["--model", "m", "--dataset", "d.jsonl", "--rewards", "format", "math_verify"]
     saved = parse_config(None, base).to_dict()

@@ -110,28 +110,29 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:
     One compare per OUT: a second one while this one lives is refused (``UserError``)
     before it writes anything; the lock goes with this process however it ends.
     """
-    from ..trainer.folder_lock import OutputDirLock
-
-    in_use = (
-        "compare --out {path}: another compare is running in this folder (a live process "
-        "holds its lock); wait for it to end, stop it, or choose another --out"
-    )
-    with OutputDirLock(spec.output_dir, in_use=in_use):
-        return _run_matrix(spec, echo)
-
-
-def _run_matrix(spec: CompareSpec, echo) -> dict:
-    """:func:`run_compare` once OUT is locked."""
     from ..configs import base_config_for, model_in_args
+    from ..trainer.folder_lock import OutputDirLock
     from ..trainer.parse import read_config_text
 
     # No --config: the base ``train`` would take for this --model (embedded.yaml for the
     # embedded model, paper.yaml for any other), so that a matrix runs what train runs.
     source = Path(spec.config) if spec.config else base_config_for(model_in_args(spec.overrides))
-    # Read once: every run is planned from this text and reads its copy (a pipe, such as
-    # --config <(...), gives its text to the first read only).
+    # Read once, before OUT is made or locked: every run is planned from this text and
+    # reads its copy (a pipe, such as --config <(...), gives its text to the first read
+    # only; one with no writer fails here, leaving nothing behind).
     text = read_config_text(source)
     runs = plan_runs(spec, text if spec.config else None)
+    in_use = (
+        "compare --out {path}: another compare is running in this folder (a live process "
+        "holds its lock); wait for it to end, stop it, or choose another --out"
+    )
+    with OutputDirLock(spec.output_dir, in_use=in_use):
+        return _run_matrix(spec, echo, source, text, runs)
+
+
+def _run_matrix(spec: CompareSpec, echo, source: Path, text: str, runs: list) -> dict:
+    """:func:`run_compare` once OUT is locked, with the config's ``source`` and ``text``
+    read and the ``runs`` planned."""
     out = Path(spec.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = out / BASE_CONFIG

@@ -166,9 +166,9 @@ TABLE_FIELDS = frozenset({"eval_n", "eval_limit"})
 
 def unkeyed_fields() -> frozenset[str]:
     """:data:`UNKEYED_FIELDS` and the fields that do not change what is trained
-    (``checkpoints.NON_TRAINING_FIELDS``: logging and saving intervals, Hub
+    (``trainer.config_compare.NON_TRAINING_FIELDS``: logging and saving intervals, Hub
     uploads, data-loader workers), less :data:`TABLE_FIELDS`."""
-    from ..checkpoints import NON_TRAINING_FIELDS
+    from ..trainer.config_compare import NON_TRAINING_FIELDS
 
     return UNKEYED_FIELDS | (NON_TRAINING_FIELDS - TABLE_FIELDS)
 
@@ -260,7 +260,8 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
     fingerprint now); None: it holds none, or one made with these."""
     import yaml
 
-    from ..checkpoints import newest_complete_checkpoint, predates
+    from ..checkpoints import newest_complete_checkpoint
+    from ..trainer.config_compare import predates
     from ..trainer.parse import YAMLTooLarge, safe_yaml
     from ..trainer.run import CONFIG_FILE
 

@@ -19,7 +19,6 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 
 from ..checkpoints import (
     checkpoint_problems,
-    config_differences,
     list_checkpoints,
     newest_complete_checkpoint,
     refused_pickles_as_user_error,
@@ -29,6 +28,7 @@ from ..errors import UserError
 from ..logs import follow_log_level
 from .callbacks import RichProgress
 from .config import RLVRConfig
+from .config_compare import config_differences
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NoTrainingSteps, guard_reward
 from .model_card import MERGED_DIR, save_merged
