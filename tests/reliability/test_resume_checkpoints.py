@@ -19,13 +19,10 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from contrastive_rlvr.checkpoints import (
-    checkpoint_problems,
-    config_differences,
-    newest_complete_checkpoint,
-)
+from contrastive_rlvr.checkpoints import checkpoint_problems, newest_complete_checkpoint
 from contrastive_rlvr.cli import app
 from contrastive_rlvr.trainer import train
+from contrastive_rlvr.trainer.config_compare import config_differences
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError
 
@@ -119,6 +116,7 @@ KILL_MID_SAVE = textwrap.dedent(
     import os, resource, signal, sys
     from transformers import Trainer, TrainerCallback
     from contrastive_rlvr.trainer import train
+from contrastive_rlvr.trainer.config_compare import config_differences
     from contrastive_rlvr.trainer.parse import parse_config
 
     out, mode = sys.argv[1], sys.argv[2]
