@@ -49,3 +49,14 @@ def test_no_internal_issue_numbers_in_docs() -> None:
     for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         hits = pattern.findall(page.read_text())
         assert hits == [], f"{page.relative_to(ROOT)}: {hits}"
+
+
+def test_readme_install_extras_exist() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = re.findall(r'pip install -e "\.\[([a-z,]+)\]"', (ROOT / "README.md").read_text())
+    assert named, "the README's install block names no extra"
+    for group in named:
+        for extra in group.split(","):
+            assert extra in extras, extra
