@@ -54,7 +54,8 @@ def test_no_internal_issue_numbers_in_docs() -> None:
 def test_readme_install_extras_exist() -> None:
     import tomllib
 
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     named = re.findall(r'pip install -e "\.\[([a-z,]+)\]"', (ROOT / "README.md").read_text())
     assert named, "the README's install block names no extra"
     for group in named:
