@@ -25,9 +25,12 @@ DOCS = {p: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").r
 CONFIG_COMMANDS = ("train", "compare", "premise")
 
 
+def _methods_section() -> str:
+    return README.split("## Methods", 1)[1].split("\n## ", 1)[0]
+
+
 def _recipe_table_names() -> list[str]:
-    section = README.split("## Recipes", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
+    return re.findall(r"^\| `--recipe ([a-z_]+)` \|", _methods_section(), flags=re.M)
 
 
 def test_readme_recipe_table_names_only_recipes_the_cli_takes():
@@ -38,8 +41,7 @@ def test_readme_recipe_table_names_only_recipes_the_cli_takes():
     # a loss name in the table's text reads as a recipe: each must be one (gspo_token is not)
     from contrastive_rlvr.algorithms.losses import POLICY_LOSSES
 
-    section = README.split("## Recipes", 1)[1].split("\n## ", 1)[0]
-    table = [line for line in section.splitlines() if line.startswith("| `")]
+    table = [line for line in _methods_section().splitlines() if line.startswith("| `")]
     named = {w for line in table for w in re.findall(r"`([a-z_]+)`", line)}
     assert sorted((named & set(POLICY_LOSSES)) - set(RECIPES)) == []
 

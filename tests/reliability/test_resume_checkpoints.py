@@ -116,7 +116,6 @@ KILL_MID_SAVE = textwrap.dedent(
     import os, resource, signal, sys
     from transformers import Trainer, TrainerCallback
     from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.config_compare import config_differences
     from contrastive_rlvr.trainer.parse import parse_config
 
     out, mode = sys.argv[1], sys.argv[2]
