@@ -24,8 +24,10 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` is set to a true value."""
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value (the model loader's reading)."""
+    from .models import hub_offline as models_hub_offline
+
+    return models_hub_offline()
 
 
 def check_model_path(model: str) -> None:

@@ -217,7 +217,8 @@ def _converted_from(folder: Path, digest: str) -> bool:
     return isinstance(mark, dict) and mark.get("sha256") == digest
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value."""
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
@@ -237,7 +238,7 @@ def alias_standing_in(name: str) -> str | None:
     and loads offline from the same GGUF build. None otherwise (online, or cached, the
     upstream model itself is loaded)."""
     for alias, spec in ALIASES.items():
-        if spec.upstream and spec.upstream == name and _offline() and not _hub_cached(name):
+        if spec.upstream and spec.upstream == name and hub_offline() and not _hub_cached(name):
             try:
                 gguf_path(alias)
             except FileNotFoundError:
