@@ -66,7 +66,7 @@ def collect(out: Path) -> dict[str, dict[int, dict]]:
     return table
 
 
-def pct(ci, signed: bool = False) -> str:  # noqa: ANN001
+def pct(ci, signed: bool = False) -> str:
     sign = "+" if signed else ""
     if ci is None:
         return "-"

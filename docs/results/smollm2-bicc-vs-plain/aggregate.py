@@ -67,7 +67,7 @@ def collect(paths: dict[str, Path]) -> dict[str, dict[int, dict]]:
     return table
 
 
-def pct(ci, signed: bool = False) -> str:  # noqa: ANN001
+def pct(ci, signed: bool = False) -> str:
     if ci is None:
         return "-"
     sign = "+" if signed else ""
