@@ -23,24 +23,16 @@ Slow (5-7 minutes a run on a shared 2-core machine): marked ``verl_real``, kept 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verl")
 
-pytestmark = [pytest.mark.verl_real, pytest.mark.slow]
+from verl_runs import TESTS, build_task, devices, main_ppo
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPES = ROOT / "recipes" / "verl"
-TESTS = Path(__file__).resolve().parents[1]
-RUN_TIMEOUT_S = 900
+pytestmark = [pytest.mark.verl_real, pytest.mark.slow]
 
 GROUP = 4  # rollout.n
 PROMPTS = 4  # data.train_batch_size
@@ -48,42 +40,8 @@ PROMPTS = 4  # data.train_batch_size
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory) -> dict[str, Path]:
-    """The tiny Llama (SFT warm start: right on about half the problems, so groups hold
-    both outcomes), its tokenizer with a chat template, and the task as verl parquet."""
-    import pandas as pd
-
-    from contrastive_rlvr.embedded import build_embedded_default
-
-    root = tmp_path_factory.mktemp("verl_task")
-    model_dir = root / "model"
-    _, tokenizer, train, heldout = build_embedded_default(model_dir, seed=0, sft_steps=300)
-    # verl renders chat prompts with the tokenizer's template: the prompt text after <bos>,
-    # as the model was warm-started on
-    tokenizer.chat_template = (
-        "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
-    )
-    tokenizer.save_pretrained(model_dir)
-
-    def parquet(ds, name: str, n: int) -> Path:
-        rows = [
-            {
-                "data_source": "arithmetic",
-                "prompt": [{"role": "user", "content": ex["prompt"]}],
-                "reward_model": {"style": "rule", "ground_truth": ex["answer"]},
-                "extra_info": {"index": i},
-            }
-            for i, ex in enumerate(ds.select(range(n)))
-        ]
-        path = root / f"{name}.parquet"
-        pd.DataFrame(rows).to_parquet(path)
-        return path
-
-    return {
-        "model": model_dir,
-        "train": parquet(train, "train", 64),
-        "val": parquet(heldout, "val", 8),
-        "root": root,
-    }
+    """The tiny Llama, its tokenizer with a chat template, and the task as verl parquet."""
+    return build_task(tmp_path_factory.mktemp("verl_task"))
 
 
 # Sizes only: the model, data, batch and sequence sizes, step counts, worker counts
@@ -114,88 +72,6 @@ def sizes(task: dict[str, Path], out: Path, steps: int) -> list[str]:
         f"reward.custom_reward_function.path={TESTS / 'verl_task_reward.py'}",
         "reward.custom_reward_function.name=compute_score",
     ]
-
-
-# Devices and the rollout backend: one node of `ranks` logical GPUs on the CPU, the
-# transformers rollout (random weights until the actor's first sync), its log-probs
-# returned so they can be compared with the actor's.
-def devices(ranks: int) -> list[str]:
-    return [
-        "trainer.nnodes=1",
-        f"trainer.n_gpus_per_node={ranks}",
-        "trainer.device=cpu",
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.load_format=dummy",
-        "actor_rollout_ref.rollout.calculate_log_probs=true",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        # no flash-attn on a CPU: torch's attention, and so the padded forward (verl's
-        # padding-free one packs rows for flash-attn's variable-length kernel)
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=false",
-        "+ray_kwargs.ray_init.num_gpus=" + str(ranks),
-        "ray_kwargs.ray_init.num_cpus=8",
-    ]
-
-
-def main_ppo(recipe: str, overrides: list[str], out: Path, log_name: str):
-    """Run verl's entry point as a user would; return (exit code, metrics by step, log text)."""
-    metrics_path = out / f"{log_name}.jsonl"
-    log_path = out / f"{log_name}.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(TESTS)]),
-        "VERL_USE_EXTERNAL_MODULES": "verl_cpu",
-        "VERL_PLATFORM": "cpu",
-        "VERL_ENGINE_DEVICE": "cuda",
-        "VERL_FILE_LOGGER_PATH": str(metrics_path),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "RAY_DEDUP_LOGS": "0",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "verl.trainer.main_ppo",
-        "--config-path",
-        str(RECIPES),
-        "--config-name",
-        recipe,
-        *overrides,
-    ]
-    with open(log_path, "w") as log:
-        # its own session, so that Ray's processes go with it whatever happens
-        proc = subprocess.Popen(
-            cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = proc.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            code = -1
-        finally:
-            kill_session(proc.pid)
-    steps: dict[int, dict] = {}
-    if metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            record = json.loads(line)
-            steps.setdefault(int(record["step"]), {}).update(record["data"])
-    return code, steps, log_path.read_text()
-
-
-def kill_session(sid: int) -> None:
-    """Kill every process left in the run's session: Ray gives each worker its own
-    process group, and a worker can outlive a driver that exited cleanly."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            # fields after the command name (in parentheses): state ppid pgrp session ...
-            if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            continue
 
 
 def merged(*runs: dict[int, dict]) -> dict[int, dict]:
