@@ -14,6 +14,23 @@ def test_option_prefixes_are_refused():
     assert "--max_step" in result.output and "not used" in result.output
 
 
+def test_a_field_without_its_dashes_is_refused_saying_how_to_write_it():
+    for args, fix in ((["seed", "3"], "write --seed, not seed"),
+                      (["-seed=3"], "write --seed=3, not -seed=3")):  # fmt: skip
+        result = CliRunner().invoke(app, ["train", *args])
+        assert result.exit_code == 2 and result.output.count("error:") == 1
+        assert "not used" in result.output and fix in result.output
+
+
+def test_null_on_the_command_line_is_none_as_in_yaml(tmp_path):
+    from contrastive_rlvr.trainer.parse import parse_config
+
+    # beta null: the recipe's KL weight (grpo 0.04), as `beta: null` in a YAML gives
+    args = ["--output_dir", str(tmp_path), "--recipe", "grpo"]
+    assert parse_config(None, [*args, "--beta", "null"]).beta == 0.04
+    assert parse_config(None, [*args, "--beta", "0.5"]).beta == 0.5
+
+
 def test_debug_after_the_subcommand_gives_the_traceback(monkeypatch):
     monkeypatch.setitem(_STATE, "debug", False)
     result = CliRunner().invoke(app, ["train", "--max_step", "7", "--debug"])

@@ -2,6 +2,12 @@
 
 Every field can be given on the command line as ``--field_name value`` or
 ``--field-name value`` (both spellings, as ``eval`` and ``compare`` take theirs).
+
+TRL's ``TrlParser`` merges the two (the YAML's values as defaults, the overrides over
+them). Reading the YAML is this module's, not TrlParser's: it picks the base file by
+``--model``, reads a pipe once and with a deadline, and refuses a key given twice and an
+alias bomb, none of which TrlParser's own reading does (docs/architecture.md, "Why the CLI
+parses its own YAML"; tests/cli/test_trl_parser_yaml.py runs TrlParser on each case).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 import yaml
 from transformers import HfArgumentParser
+from trl import TrlParser
 
 from ..configs import base_config_for, model_in_args
 from .config import RLVRConfig
@@ -246,12 +253,34 @@ def parse_config(
     values = load_yaml(base, text=text if config_file else None)
     if config_file:
         _check_names_a_model(base, values, overrides)
-    # No prefixes: --max_step must not silently mean --max_steps.
-    parser = HfArgumentParser(RLVRConfig, allow_abbrev=False)
-    parser.set_defaults(**values)
-    (config,) = parser.parse_args_into_dataclasses(args=overrides)
+    # TRL's parser merges the YAML's values under the command line's, as its own
+    # parse_args_and_config does; the YAML is read and loaded above, not by TrlParser,
+    # which would lose the guarantees listed in docs/architecture.md ("Why the CLI parses
+    # its own YAML"). No prefixes: --max_step must not silently mean --max_steps.
+    parser = TrlParser(RLVRConfig, allow_abbrev=False)
+    unused = parser.set_defaults_with_config(**values)
+    if unused:  # load_yaml took only RLVRConfig's fields, each an option
+        raise ValueError(f"{base}: fields with no option: {unused[::2]}")
+    config, rest = parser.parse_args_into_dataclasses(args=overrides, return_remaining_strings=True)
+    if rest:
+        raise ValueError(_not_used(rest))
     config.base_config = str(base)
     return config
+
+
+def _not_used(rest: list[str]) -> str:
+    """The error for command-line words no option took; one that names a field without the
+    ``--`` of an option (``seed 3``, ``-seed=3``) says how to write it."""
+    fields = {f.name for f in dataclasses.fields(RLVRConfig)}
+    bare = [w for w in rest if not w.startswith("--")]
+    named = [w for w in bare if w.lstrip("-").split("=", 1)[0].replace("-", "_") in fields]
+    hint = (
+        f"an option starts with --: write --{named[0].lstrip('-')}, not {named[0]}"
+        if named
+        else "each option is written in full, with its --: `contrastive-rlvr train --fields` "
+        "lists them"
+    )
+    return f"arguments not used: {rest} ({hint})"
 
 
 def _check_names_a_model(path: Path, values: dict, overrides: list[str]) -> None:
