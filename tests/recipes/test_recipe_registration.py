@@ -1,6 +1,8 @@
 """A recipe a user registers is known everywhere a recipe is read: the ``recipes``
 command, ``compare`` (its rows and labels), the TRL path (its TRL route and BiCC ratio
-mode) and verl's per-recipe default; no second table has to be edited."""
+mode) and verl's per-recipe default and policy-loss registry (``crlvr_<recipe>``, through
+the registry's listeners); no second table has to be edited. verl itself is exercised in
+tests/scale_out/test_verl_recipe_registration.py (its environment)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ from contrastive_rlvr.algorithms.bicc_defaults import (
     UNLISTED_RATIO_MODE,
     default_bicc_ratio_mode,
 )
-from contrastive_rlvr.algorithms.registry import Recipe, register_recipe
+from contrastive_rlvr.algorithms.registry import (
+    _LISTENERS,
+    Recipe,
+    on_recipe_registered,
+    register_recipe,
+)
 from contrastive_rlvr.cli import app
 from contrastive_rlvr.compare import CompareSpec, recipe_label
 from contrastive_rlvr.trainer.parse import parse_config
@@ -48,7 +55,12 @@ def test_builtin_tables_read_the_recipe_table() -> None:
         "gspo": TRLRoute("grpo", "sequence"),
     }
     assert [recipe_label(r) for r in RECIPES] == [
-        "GRPO", "Dr.GRPO", "DAPO", "GMPO", "GSPO", "ConSPO"
+        "GRPO",
+        "Dr.GRPO",
+        "DAPO",
+        "GMPO",
+        "GSPO",
+        "ConSPO",
     ]
     assert default_bicc_ratio_mode("vanilla") == UNLISTED_RATIO_MODE == "paper"
 
@@ -80,3 +92,29 @@ def test_unregistered_recipe_leaves_no_trace(my_recipe) -> None:
             CompareSpec(recipes=["my_grpo"])
     finally:
         RECIPES["my_grpo"] = my_recipe
+
+
+def test_a_listener_hears_of_every_recipe_before_and_after_it_subscribed() -> None:
+    """How verl's loss registry follows the table (integrations/verl/losses.py): the
+    recipes already registered, then each one added later, whichever comes first."""
+    heard: list[str] = []
+
+    def listener(recipe: Recipe) -> None:
+        heard.append(recipe.name)
+
+    try:
+        on_recipe_registered(listener)
+        on_recipe_registered(listener)  # kept once, but told of the table each time
+        assert heard == [*RECIPES, *RECIPES]
+        heard.clear()
+        on_recipe_registered(listener)
+        assert heard == list(RECIPES)
+        late = register_recipe(
+            Recipe("my_late", "policy", "gspo", True, 0.0, "a user's variant", "GSPO again")
+        )
+        assert heard == [*[r for r in RECIPES if r != "my_late"], "my_late"]
+        assert late is RECIPES["my_late"]
+    finally:
+        _LISTENERS.remove(listener)
+        RECIPES.pop("my_late", None)
+    assert listener not in _LISTENERS

@@ -1,4 +1,4 @@
-"""verl's ``policy_loss.bicc_ratio`` left unset takes the recipe's default from the one
+"""verl's ``policy_loss.bicc_ratio_mode`` left unset takes the recipe's default from the one
 table both engines read (``algorithms.bicc_defaults``): ``consistent`` for ConSPO,
 ``paper`` for the clipped recipes, as the TRL path's ``bicc_ratio_mode``.
 
@@ -35,18 +35,20 @@ EXPECTED = {
 
 @pytest.mark.parametrize("loss_mode", sorted(EXPECTED))
 def test_unset_ratio_takes_the_recipes_default(loss_mode):
-    assert CrlvrPolicyLossConfig(loss_mode=loss_mode).bicc_ratio == EXPECTED[loss_mode]
+    assert CrlvrPolicyLossConfig(loss_mode=loss_mode).bicc_ratio_mode == EXPECTED[loss_mode]
     # as Hydra builds it from a verl YAML without the field
     built = omega_conf_to_dataclass(OmegaConf.create({"_target_": TARGET, "loss_mode": loss_mode}))
-    assert built.bicc_ratio == EXPECTED[loss_mode]
+    assert built.bicc_ratio_mode == EXPECTED[loss_mode]
 
 
 def test_every_table_row_reaches_verl():
     for recipe, mode in RECIPE_BICC_RATIO_MODE.items():
-        assert CrlvrPolicyLossConfig(loss_mode=f"crlvr_{recipe}").bicc_ratio == mode
+        assert CrlvrPolicyLossConfig(loss_mode=f"crlvr_{recipe}").bicc_ratio_mode == mode
 
 
 @pytest.mark.parametrize("mode", ["paper", "consistent"])
 def test_a_ratio_the_user_sets_wins(mode):
     for loss_mode in ("crlvr_conspo", "crlvr_grpo"):
-        assert CrlvrPolicyLossConfig(loss_mode=loss_mode, bicc_ratio=mode).bicc_ratio == mode
+        assert (
+            CrlvrPolicyLossConfig(loss_mode=loss_mode, bicc_ratio_mode=mode).bicc_ratio_mode == mode
+        )

@@ -78,7 +78,7 @@ def actor(info: dict | None = None) -> ActorConfig:
         strategy="fsdp",
         rollout_n=G,
         ppo_micro_batch_size_per_gpu=G,
-        policy_loss=CrlvrPolicyLossConfig(loss_mode="crlvr_conspo", tau=TAU),
+        policy_loss=CrlvrPolicyLossConfig(loss_mode="crlvr_conspo", conspo_tau=TAU),
     )
     cfg.global_batch_info.update(info or {})
     return cfg

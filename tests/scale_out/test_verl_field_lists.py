@@ -24,7 +24,7 @@ from tensordict import TensorDict
 from verl.trainer.ppo.v1 import trainer_base
 from verl_fakes import FakeTQ
 
-from contrastive_rlvr.integrations.verl import trainer as trainer_module
+from contrastive_rlvr.integrations.verl import transfer
 from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
 from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer
 
@@ -86,7 +86,7 @@ def trainer_on(cfg, monkeypatch, rows, **crlvr):
     trainer.total_training_steps = 10
     trainer.use_critic = False
     store = FakeTQ(rows)
-    monkeypatch.setattr(trainer_module, "tq", store)
+    monkeypatch.setattr(transfer, "tq", store)
     return trainer, store
 
 
@@ -161,7 +161,7 @@ def test_compute_advantage_hands_the_workers_a_meta_that_lists_the_advantages(
         **{"actor_rollout_ref.rollout.n": 2, "algorithm.adv_estimator": estimator},
     )
     rows = group_rows()
-    trainer, store = trainer_on(cfg, monkeypatch, rows, loss_mode=loss_mode, margin_warmup=0.3)
+    trainer, store = trainer_on(cfg, monkeypatch, rows, loss_mode=loss_mode, conspo_warmup=0.3)
     trainer.global_steps = 1  # progress 0: ConSPO's margin is 0
     batch = before_advantages(store, list(rows))
     batch.extra_info["temperature"] = 0.7
@@ -208,7 +208,7 @@ def test_advantages_then_bicc_update_reach_the_worker_and_the_plain_rows_come_ba
         monkeypatch,
         rows,
         bicc=True,
-        bicc_ratio=ratio,
+        bicc_ratio_mode=ratio,
         bicc_context_ratio=0.5,
         bicc_max_seq_len=40,
         bicc_placement="after_prompt",
@@ -284,7 +284,7 @@ def test_rcc_baseline_shift_and_conspo_margin_are_logged(recipes, monkeypatch):
 
     cfg = configured(recipes["conspo_rcc"], **{"actor_rollout_ref.rollout.n": 2})
     trainer, store = trainer_on(
-        cfg, monkeypatch, group_rows(), loss_mode="crlvr_conspo", margin_warmup=0.3
+        cfg, monkeypatch, group_rows(), loss_mode="crlvr_conspo", conspo_warmup=0.3
     )
     trainer.global_steps = 2  # progress (2 - 1) / 10 = 0.1
     metrics = {}

@@ -28,7 +28,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl_fakes import FakeTQ
 
 from contrastive_rlvr.algorithms import sequence_delta
-from contrastive_rlvr.integrations.verl import trainer as trainer_module
+from contrastive_rlvr.integrations.verl import transfer
 from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ ORDER = [g * G + k for k in range(G) for g in range(len(INPUTS["rows"]) // G)]
 
 
 def verl_config(recipe: str, **overrides):
-    """The repository's verl recipe with the fixture's settings under verl's names."""
+    """The repository's verl recipe with the fixture's settings."""
     with initialize_config_dir(config_dir=str(ROOT / "recipes" / "verl"), version_base=None):
         cfg = compose(config_name=recipe)
     cfg = OmegaConf.create(OmegaConf.to_container(cfg))
@@ -60,9 +60,9 @@ def verl_config(recipe: str, **overrides):
         loss + "bicc_context_ratio": SETTINGS["bicc_context_ratio"],
         loss + "rcc_coef": SETTINGS["rcc_coef"],
         loss + "rcc_delta": SETTINGS["rcc_delta"],
-        loss + "threshold": SETTINGS["reward_threshold"],
-        loss + "max_margin": SETTINGS["max_margin"],
-        loss + "margin_warmup": SETTINGS["margin_warmup"],
+        loss + "reward_threshold": SETTINGS["reward_threshold"],
+        loss + "conspo_max_margin": SETTINGS["max_margin"],
+        loss + "conspo_warmup": SETTINGS["margin_warmup"],
         **overrides,
     }
     for key, value in values.items():
@@ -107,7 +107,7 @@ def make_trainer(cfg, monkeypatch):
     trainer.global_steps = round(SETTINGS["progress"] * 20) + 1  # (steps - 1) / total
     trainer.use_critic = False
     store = FakeTQ(verl_rows())
-    monkeypatch.setattr(trainer_module, "tq", store)
+    monkeypatch.setattr(transfer, "tq", store)
     tags = [
         {"prompt_len": len(r["prompts"]), "seq_len": len(r["input_ids"])}
         for r in store.rows.values()

@@ -113,11 +113,12 @@ def test_policy_loss_config_subclass_instantiates_through_hydra_target():
 
     target = "contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig"
     cfg = omega_conf_to_dataclass(
-        OmegaConf.create({"_target_": target, "loss_mode": "crlvr_conspo", "tau": 5.0})
+        OmegaConf.create({"_target_": target, "loss_mode": "crlvr_conspo", "conspo_tau": 5.0})
     )
-    assert isinstance(cfg, CrlvrPolicyLossConfig) and cfg.tau == 5.0 and cfg.rcc_coef == 2.0
-    with pytest.raises(Exception, match="bicc_ratio"):
-        omega_conf_to_dataclass(OmegaConf.create({"_target_": target, "bicc_ratio": "both"}))
+    assert isinstance(cfg, CrlvrPolicyLossConfig)
+    assert cfg.conspo_tau == 5.0 and cfg.rcc_coef == 2.0
+    with pytest.raises(Exception, match="bicc_ratio_mode='both' is invalid"):
+        omega_conf_to_dataclass(OmegaConf.create({"_target_": target, "bicc_ratio_mode": "both"}))
 
 
 # ----------------------------------------------------------------------------- losses
@@ -218,7 +219,7 @@ def test_conspo_loss_by_hand_and_with_global_normaliser():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     targets = torch.tensor([[1.01], [-1.0]]) * mask  # from a crlvr_conspo estimator
     expected = 10 * math.log(1 + math.exp(-0.099))
-    cfg = actor_config("crlvr_conspo", rollout_n=2, tau=10.0)
+    cfg = actor_config("crlvr_conspo", rollout_n=2, conspo_tau=10.0)
     loss, metrics = call("crlvr_conspo", logp, torch.zeros_like(logp), targets, mask, cfg)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
     assert metrics["crlvr/conspo/margin"] == pytest.approx(0.01, abs=1e-6)

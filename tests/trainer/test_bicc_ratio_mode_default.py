@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from contrastive_rlvr.algorithms import RECIPES, bicc_defaults
-from contrastive_rlvr.trainer.config_groups.bicc import RECIPE_BICC_RATIO_MODE
+from contrastive_rlvr.method_options.bicc import RECIPE_BICC_RATIO_MODE
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.run import save_resolved_config
 

@@ -8,7 +8,7 @@ Bilateral Context Conditioning with Reward-Confidence Correction for GRPO",
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -29,7 +29,9 @@ DEFAULT_EPS = 1e-6
 TRL_ADV_EPS = 1e-4
 
 RccBound = Literal["none", "reward_range"]
-RCC_BOUNDS: tuple[str, ...] = ("none", "reward_range")
+RCC_BOUNDS: tuple[str, ...] = get_args(RccBound)
+#: How RCC's delta reduces ``logp - ref_logp`` over a completion's tokens.
+DeltaReduction = Literal["mean", "sum"]
 #: Default bound of the RCC baseline, chosen from the exact bandit variance study
 #: (``benchmarks/rcc_variance.py``, ``docs/rcc.md``).
 DEFAULT_RCC_BOUND: RccBound = "reward_range"
@@ -87,7 +89,7 @@ def group_advantages(
 
 
 def sequence_delta(
-    logp: Tensor, ref_logp: Tensor, mask: Tensor, *, reduce: Literal["mean", "sum"] = "mean"
+    logp: Tensor, ref_logp: Tensor, mask: Tensor, *, reduce: DeltaReduction = "mean"
 ) -> Tensor:
     """Log-probability shift of each completion, ``delta_i`` of RCC.
 

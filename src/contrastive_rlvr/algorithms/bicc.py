@@ -45,24 +45,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
 from .ops import Tensor, check_rows, group_view, num_groups
 
-BICC_RATIO_MODES: tuple[str, ...] = ("paper", "consistent", "conditioned_old")
+# Each set of choices is one Literal (what the configs of both engines annotate their
+# field with); the tuple beside it is read from it, so a choice is added in one place.
+#: The old log-probs of BiCC's ratio (module docstring).
+BiCCRatioMode = Literal["paper", "consistent", "conditioned_old"]
+BICC_RATIO_MODES: tuple[str, ...] = get_args(BiCCRatioMode)
 #: What the context budget pays for: ``"outside"``, the attempts' tokens only (the
 #: framing text on top); ``"inside"``, the framing and the attempts together.
-FRAMING_BUDGETS: tuple[str, ...] = ("outside", "inside")
 FramingBudget = Literal["outside", "inside"]
+FRAMING_BUDGETS: tuple[str, ...] = get_args(FramingBudget)
 #: Which opposite completions a row reads: ``"partition"``, all of them (the paper);
 #: ``"one_opposite"``, one each (the authors' public code, docs/bicc.md).
-BICC_PAIRINGS: tuple[str, ...] = ("partition", "one_opposite")
 Pairing = Literal["partition", "one_opposite"]
-Truncation = Literal["head", "tail", "middle"]
+BICC_PAIRINGS: tuple[str, ...] = get_args(Pairing)
+#: How an opposite completion longer than its share is cut.
+Truncation = Literal["middle", "head", "tail"]
+TRUNCATIONS: tuple[str, ...] = get_args(Truncation)
 Placement = Literal["auto", "user_turn", "after_prompt", "before_prompt"]
-BICC_PLACEMENTS: tuple[str, ...] = ("auto", "user_turn", "after_prompt", "before_prompt")
+BICC_PLACEMENTS: tuple[str, ...] = get_args(Placement)
 Messages = Sequence[Mapping[str, Any]]
 # Renders chat messages with the chat template and the assistant generation
 # header, as token ids (e.g. ``tokenizer.apply_chat_template(m,
@@ -193,7 +199,7 @@ def truncate(ids: Sequence[int], n: int, rule: Truncation) -> list[int]:
     if rule == "middle":
         head = (n + 1) // 2
         return ids[:head] + ids[len(ids) - (n - head) :]
-    raise ValueError(f"truncation must be 'head', 'tail' or 'middle', got {rule!r}")
+    raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {rule!r}")
 
 
 def water_fill(lengths: Sequence[int], budget: int) -> list[int]:
@@ -434,8 +440,8 @@ def build_bicc_prompts(
     check_rows("rewards", rewards, n_rows)
     if not 0.0 < context_ratio < 1.0:
         raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
-    if truncation not in ("head", "tail", "middle"):
-        raise ValueError(f"truncation must be 'head', 'tail' or 'middle', got {truncation!r}")
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
     if (max_seq_len is None) == (budget is None):
         raise ValueError("give exactly one of max_seq_len and budget")
     if budget is None:

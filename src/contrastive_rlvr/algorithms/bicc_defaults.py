@@ -1,5 +1,5 @@
 """The ratio mode each recipe takes when ``bicc_ratio_mode`` is left unset: one table
-for both engines (the TRL path's ``bicc_ratio_mode``, verl's ``policy_loss.bicc_ratio``).
+for both engines (the TRL path's ``bicc_ratio_mode``, verl's ``policy_loss.bicc_ratio_mode``).
 
 Chosen from the measured step-1 clip fractions and results of docs/bicc.md ("Ratio mode
 per recipe"): ``paper`` for every clipped policy recipe (it beat ``consistent`` on every

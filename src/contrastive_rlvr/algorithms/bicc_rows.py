@@ -8,7 +8,7 @@ window), the placement (``auto``: the user turn for chat prompts), the check
 that re-rendering a chat prompt reproduces the ids the rows were generated
 from, and the token ids stripped from quoted attempts (:func:`end_token_ids`).
 The TRL stage (``trainer/stages/bicc.py``) and the verl trainer
-(``integrations/verl/trainer.py``) both call :meth:`BiCCRowBuilder.build`, so a
+(``integrations/verl/bicc_hooks.py``) both call :meth:`BiCCRowBuilder.build`, so a
 row means the same on either engine (tests/scale_out/test_verl_parity.py).
 """
 

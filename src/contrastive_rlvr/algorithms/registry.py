@@ -21,6 +21,7 @@ from .advantages import (
     rcc_advantages,
     rcc_baseline,
 )
+from .bicc import BiCCRatioMode
 from .losses import get_policy_loss
 from .ops import Tensor
 
@@ -62,7 +63,7 @@ class Recipe:
     dynamic_sampling: bool = False
     overlong_punishment: bool = False
     label: str = ""
-    bicc_ratio_mode: Literal["paper", "consistent", "conditioned_old"] = "paper"
+    bicc_ratio_mode: BiCCRatioMode = "paper"
     trl_loss_type: str | None = None
     trl_importance_sampling_level: Literal["token", "sequence"] = "token"
 
@@ -108,14 +109,32 @@ class RecipeFacts(Mapping[str, _V], Generic[_V]):
         return f"RecipeFacts({self._items()!r})"
 
 
+#: Called with every recipe registered (see :func:`on_recipe_registered`).
+_LISTENERS: list[Callable[[Recipe], None]] = []
+
+
 def register_recipe(recipe: Recipe) -> Recipe:
-    """Add a recipe; a duplicate name or an unknown loss raises."""
+    """Add a recipe; a duplicate name or an unknown loss raises. Every listener of
+    :func:`on_recipe_registered` hears of it."""
     if recipe.name in RECIPES:
         raise ValueError(f"recipe {recipe.name!r} is already registered")
     if recipe.objective == "policy":
         get_policy_loss(recipe.loss or "")
     RECIPES[recipe.name] = recipe
+    for listener in _LISTENERS:
+        listener(recipe)
     return recipe
+
+
+def on_recipe_registered(listener: Callable[[Recipe], None]) -> None:
+    """Call ``listener(recipe)`` for every recipe registered so far and for each one
+    :func:`register_recipe` adds later: how an engine's own registry (verl's policy
+    losses, ``crlvr_<recipe>``) follows this table, whichever is imported first. A
+    listener given again is kept once."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+    for recipe in list(RECIPES.values()):
+        listener(recipe)
 
 
 def get_recipe(name: str) -> Recipe:

@@ -141,9 +141,7 @@ class RLVRConfig(
             check(value is None or value >= 1, name, value, "must be >= 1")
         accum = self.gradient_accumulation_steps
         check(accum >= 1, "gradient_accumulation_steps", accum, "must be >= 1")
-        # reward_threshold and adv_eps are the recipe group's; checked here with TRL's
-        # numbers until validate_recipe takes them.
-        for name in ("weight_decay", "adam_epsilon", "reward_threshold", "adv_eps"):
+        for name in ("weight_decay", "adam_epsilon"):
             value = getattr(self, name)
             check(finite(value), name, value, "must be a finite number")
         check(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "must be > 0")

@@ -33,17 +33,33 @@ from typing import Any
 
 from verl.trainer.ppo import core_algos
 
-from ...algorithms import conspo_loss, get_policy_loss, loss_option_names, policy_loss
+from ...algorithms import (
+    RECIPES,
+    Recipe,
+    conspo_loss,
+    get_policy_loss,
+    loss_option_names,
+    policy_loss,
+)
 from ...algorithms.ops import Tensor, masked_mean
-from .config import LOSS_PREFIX, CrlvrPolicyLossConfig
+from ...algorithms.registry import on_recipe_registered
+from .config import LOSS_PREFIX, CrlvrPolicyLossConfig, loss_recipe
 from .groups import decode_conspo_targets
 
 PREFIX = LOSS_PREFIX
 CONSPO_LOSS = PREFIX + "conspo"
 # The core losses whose inputs verl's loss call provides (log-probs, old log-probs,
 # advantages, mask). Losses needing more per-row inputs are left out until a
-# trainer hook supplies them.
+# trainer hook supplies them. Every recipe of the recipe table is registered too, as
+# ``crlvr_<recipe>`` (its loss; ConSPO's for a contrastive recipe).
 CORE_LOSSES = ("grpo", "dapo", "dr_grpo", "gspo", "gspo_token", "gmpo")
+
+
+def is_contrastive_loss(loss_mode: str) -> bool:
+    """Whether ``loss_mode`` is ConSPO's loss: ``crlvr_conspo`` or ``crlvr_<recipe>`` of a
+    registered contrastive recipe (which needs a ``crlvr_conspo*`` estimator)."""
+    recipe = RECIPES.get(loss_recipe(str(loss_mode))) if str(loss_mode).startswith(PREFIX) else None
+    return loss_mode == CONSPO_LOSS or (recipe is not None and recipe.objective == "contrastive")
 
 
 def _normalisers(config: Any) -> dict[str, float]:
@@ -84,9 +100,9 @@ class CoreLossAdapter:
     along each row.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, registered_as: str | None = None) -> None:
         self.spec = get_policy_loss(name)
-        self.name = PREFIX + name
+        self.name = registered_as or PREFIX + name
         self.accepted = loss_option_names(name)
 
     def __call__(
@@ -128,7 +144,7 @@ def conspo_policy_loss(
     """ConSPO (arXiv:2605.12969) as a verl policy loss.
 
     Labels, the step's margin and the window's scale come in ``advantages`` from a
-    ``crlvr_conspo*`` estimator (:func:`.groups.decode_conspo_targets`); ``tau``
+    ``crlvr_conspo*`` estimator (:func:`.groups.decode_conspo_targets`); ``conspo_tau``
     from :class:`.config.CrlvrPolicyLossConfig`; the group size is
     ``config.rollout_n`` and the micro-batch must hold whole groups in order
     (the ``crlvr_sync`` trainer checks the settings). ``old_log_prob`` and
@@ -166,7 +182,7 @@ def conspo_policy_loss(
         mask,
         positive.to(log_prob.dtype),
         group_size,
-        tau=config.policy_loss.tau,
+        tau=config.policy_loss.conspo_tau,
         margin=margin,
         threshold=0.5,
         num_groups=rows / (group_size * scale),
@@ -176,8 +192,23 @@ def conspo_policy_loss(
     return loss, out
 
 
+def register_recipe_loss(recipe: Recipe) -> str:
+    """Register ``crlvr_<recipe>`` with verl: the recipe's policy loss, or ConSPO's loss for
+    a contrastive recipe; return the name. A recipe a user registers (before or after
+    ``import verl``) runs as ``loss_mode: crlvr_<its name>``, and takes its own
+    ``bicc_ratio_mode`` default, without another table to edit."""
+    name = PREFIX + recipe.name
+    if recipe.objective == "contrastive":
+        core_algos.register_policy_loss(name)(conspo_policy_loss)
+    else:
+        core_algos.register_policy_loss(name)(CoreLossAdapter(recipe.loss or "", name))
+    return name
+
+
 def register_policy_losses() -> list[str]:
-    """Register ``crlvr_<name>`` for each of :data:`CORE_LOSSES` and ``crlvr_conspo``.
+    """Register ``crlvr_<name>`` for each of :data:`CORE_LOSSES`, ``crlvr_conspo`` and
+    ``crlvr_<recipe>`` for every recipe of the recipe table, now and as recipes are
+    registered later (:func:`~contrastive_rlvr.algorithms.registry.on_recipe_registered`).
 
     verl's registry overwrites on a second registration, so calling this
     again (a second ``import verl`` in one process) is harmless.
@@ -189,4 +220,5 @@ def register_policy_losses() -> list[str]:
         names.append(adapter.name)
     core_algos.register_policy_loss(CONSPO_LOSS)(conspo_policy_loss)
     names.append(CONSPO_LOSS)
-    return names
+    on_recipe_registered(register_recipe_loss)
+    return list(dict.fromkeys([*names, *(PREFIX + recipe for recipe in RECIPES)]))

@@ -8,8 +8,8 @@ validates its own fields in ``validate_<group>()``; checks that combine groups
 live in the combined class.
 """
 
+from ...method_options import check, finite
 from .bicc import BiCCOptions
-from .common import check, finite
 from .data import DataOptions
 from .diagnostics import DiagnosticsOptions
 from .rcc import RCCOptions

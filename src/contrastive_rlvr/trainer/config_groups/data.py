@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ...errors import UserError
+from ...method_options import check, finite
 from ...rewards.extract import AnswerReading
 from ..guards import DEFAULT_SNAPSHOT_BYTES, NONFINITE_POLICIES
-from .common import check, finite
 
 #: Fields whose default is kept for the embedded model; setting them means a custom model.
 CUSTOM_ONLY = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .common import check
+from ...method_options import check
 
 
 @dataclass

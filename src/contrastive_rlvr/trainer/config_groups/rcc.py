@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from ...algorithms import DEFAULT_RCC_BOUND, RCC_BOUNDS
-from .common import check
+from ...method_options import RCCFields, check
 
 
 @dataclass
-class RCCOptions:
-    """The advantage baseline corrected by the covariance of reward and confidence."""
+class RCCOptions(RCCFields):
+    """The advantage baseline corrected by the covariance of reward and confidence: the
+    switch, the shared fields of :class:`RCCFields` and the TRL path's reference choices."""
 
     help_group: ClassVar[str] = "RCC (Reward-Confidence Correction)"
 
@@ -26,13 +25,6 @@ class RCCOptions:
             "docs/rcc.md."
         },
     )
-    rcc_coef: float = field(
-        default=2.0, metadata={"help": "c in b* = mean(R) + c * Cov(R, delta) (paper: 2)."}
-    )
-    rcc_delta: Literal["mean", "sum"] = field(
-        default="mean",
-        metadata={"help": "delta = 'mean' or 'sum' over tokens of log pi_theta - log pi_ref."},
-    )
     rcc_reference: Literal["reference", "sampling"] = field(
         default="reference",
         metadata={
@@ -41,15 +33,6 @@ class RCCOptions:
             "per micro-batch)."
         },
     )
-    rcc_bound: Literal["none", "reward_range"] = field(
-        default=DEFAULT_RCC_BOUND,
-        metadata={
-            "help": "Clamp the RCC baseline to the group's [min R, max R] ('reward_range', "
-            "default; never worse in the exact bandit study, docs/rcc.md) or 'none' (the "
-            "paper's formula, which can give wrong answers a positive advantage)."
-        },
-    )
-
     rcc_delta_pass: Literal["auto", "stage"] = field(
         default="auto",
         metadata={
@@ -64,10 +47,7 @@ class RCCOptions:
     )
 
     def validate_rcc(self) -> None:
-        check(math.isfinite(self.rcc_coef), "rcc_coef", self.rcc_coef, "must be finite")
-        check(
-            self.rcc_delta in ("mean", "sum"), "rcc_delta", self.rcc_delta, "choose 'mean' or 'sum'"
-        )
+        self.check_rcc_fields()
         check(
             self.rcc_reference in ("reference", "sampling"),
             "rcc_reference",
@@ -79,10 +59,4 @@ class RCCOptions:
             "rcc_delta_pass",
             self.rcc_delta_pass,
             "choose 'auto' or 'stage'",
-        )
-        check(
-            self.rcc_bound in RCC_BOUNDS,
-            "rcc_bound",
-            self.rcc_bound,
-            f"choose one of {', '.join(RCC_BOUNDS)}",
         )

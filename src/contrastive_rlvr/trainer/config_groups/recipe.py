@@ -7,15 +7,16 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...algorithms import AGG_MODES, RECIPES, get_recipe
-from ...algorithms.advantages import TRL_ADV_EPS
+from ...method_options import AdvantageFields, ConSPOFields, check, finite
 from ..trl_settings import resolve_clip, resolve_kl, resolve_loss_type, resolve_scale_rewards
-from .common import check, finite
 
 
 @dataclass
-class RecipeOptions:
+class RecipeOptions(ConSPOFields, AdvantageFields):
     """The recipe and its loss. Fields left ``None`` take the recipe's paper default
-    (the README's recipe table); ``config.yaml`` records the resolved values."""
+    (the README's recipe table); ``config.yaml`` records the resolved values. The fields
+    verl reads too (``adv_eps``, ``reward_threshold``, ``conspo_*``) are those of
+    :class:`AdvantageFields` and :class:`ConSPOFields`."""
 
     help_group: ClassVar[str] = "Recipe and loss"
 
@@ -79,25 +80,6 @@ class RecipeOptions:
             "True needs a recipe TRL has."
         },
     )
-    adv_eps: float = field(
-        default=TRL_ADV_EPS,
-        metadata={
-            "help": "eps in (R - mean) / (std + eps). The default is TRL's (GRPOTrainer adds "
-            "1e-4), so the project's advantages are TRL's on every recipe (docs/trl-parity.md)."
-        },
-    )
-    reward_threshold: float = field(
-        default=0.5,
-        metadata={
-            "help": "A completion whose total reward is above this is 'correct': BiCC's "
-            "partition, ConSPO's positives and the logged accuracy."
-        },
-    )
-    conspo_tau: float = field(default=10.0, metadata={"help": "ConSPO temperature tau."})
-    conspo_max_margin: float = field(default=0.01, metadata={"help": "ConSPO final margin M."})
-    conspo_warmup: float = field(
-        default=0.3, metadata={"help": "Share of training over which the margin ramps up (alpha)."}
-    )
     dynamic_sampling: bool | None = field(
         default=None,
         metadata={
@@ -140,11 +122,8 @@ class RecipeOptions:
             self.loss_agg,
             f"choose one of {', '.join(AGG_MODES)}",
         )
-        check(self.conspo_tau > 0, "conspo_tau", self.conspo_tau, "must be > 0")
-        check(
-            self.conspo_max_margin >= 0, "conspo_max_margin", self.conspo_max_margin, "must be >= 0"
-        )
-        check(self.conspo_warmup > 0, "conspo_warmup", self.conspo_warmup, "must be > 0")
+        self.check_advantage_fields()
+        self.check_conspo_fields()
         check(
             self.dynamic_sampling_max_rounds >= 0,
             "dynamic_sampling_max_rounds",

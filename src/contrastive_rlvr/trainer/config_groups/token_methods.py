@@ -17,7 +17,7 @@ from ...algorithms import (
     STEP_RULES,
 )
 from ...algorithms.ocgrpo import DEFAULT_HINT_TEMPLATE
-from .common import check
+from ...method_options import check
 
 
 @dataclass

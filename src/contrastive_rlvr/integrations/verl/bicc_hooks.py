@@ -1,0 +1,177 @@
+"""The ``crlvr_sync`` BiCC hooks: each row is rewritten as ``[q ; O_opposite] + o`` for the
+actor update, built by the TRL stage's
+:class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement, chat
+rendering, budget, framing budget, pairing, template, EOS list); the old log-probs
+(``consistent`` ratio mode) and the reference ones (``bicc_kl_reference='conditioned'``
+with a KL loss) are recomputed on it, and the plain rows are put back after the update."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.utils.config import omega_conf_to_dataclass
+
+from ...algorithms.bicc_rows import (
+    BiCCRowBuilder,
+    chat_renderer,
+    end_token_ids,
+    is_chat,
+    template_encoder,
+    text_decoder,
+)
+from . import transfer
+from .groups import BiCCRows, bicc_rows
+from .settings import bicc_token_limits, conditioned_reference, recomputes_old_log_probs
+
+
+class BiCCHooks:
+    """``_init_tokenizer`` and ``_update_actor`` of :class:`~.trainer.CrlvrTrainer` (a mixin
+    before verl's ``PPOTrainerSync``, whose hooks it wraps). Reads the trainer's ``config``
+    and ``crlvr`` (our fields); ``_bicc_rows`` serves the balancing too."""
+
+    def _init_tokenizer(self) -> None:
+        """verl's, keeping what BiCC's rows need from the model config as the TRL path
+        does: every EOS id of the generation config (stripped from quoted attempts) and
+        the model's window (which caps the context budget)."""
+        model_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.model)
+        self.tokenizer = model_config.tokenizer
+        self.processor = model_config.processor
+        generation = getattr(model_config, "generation_config", None)
+        self.end_token_ids = end_token_ids(
+            self.tokenizer.eos_token_id, getattr(generation, "eos_token_id", None)
+        )
+        hf_config = getattr(model_config, "hf_config", None)
+        self.max_positions = getattr(hf_config, "max_position_embeddings", None)
+
+    def _bicc_builder(self) -> BiCCRowBuilder:
+        """The TRL stage's row builder with this run's settings (policy_loss.bicc_*)."""
+        opts, tokenizer = self.crlvr, self.tokenizer
+        group_size = int(self.config.actor_rollout_ref.rollout.n)
+        ends = getattr(self, "end_token_ids", None) or [tokenizer.eos_token_id]
+        strip = {t for t in (*ends, tokenizer.pad_token_id) if t is not None}
+        return BiCCRowBuilder(
+            template=opts.bicc_template.encode(template_encoder(tokenizer), group_size),
+            context_ratio=opts.bicc_context_ratio,
+            max_seq_len=opts.bicc_max_seq_len,
+            max_completion_length=int(self.config.data.max_response_length),
+            truncation=opts.bicc_truncation,
+            placement=opts.bicc_placement,
+            threshold=opts.reward_threshold,
+            strip_token_ids=frozenset(strip),
+            framing=opts.bicc_framing_budget,
+            pairing=opts.bicc_pairing,
+        )
+
+    def _bicc_rows(self, batch: KVBatchMeta) -> BiCCRows:
+        """Every row's conditioned prompt, built from TransferQueue's fields of ``batch``."""
+        builder = self._bicc_builder()
+        fields = ["prompts", "responses", "rm_scores"]
+        chat = builder.placement not in ("after_prompt", "before_prompt")
+        if chat:
+            fields.append("raw_prompt")  # verl's chat messages of each row
+        got = transfer.fetch(batch, fields)
+        # raw_prompt comes back as lists, a non-tensor stack or numpy object arrays of
+        # message dicts, depending on TransferQueue's backend: make each a list.
+        messages = [list(m) for m in got["raw_prompt"]] if chat else None
+        if messages is not None and not all(is_chat(m) for m in messages):
+            messages = None  # text prompts: auto means after_prompt, user_turn raises
+        tokenizer = self.tokenizer
+        kwargs = self.config.data.get("apply_chat_template_kwargs", None)
+        return bicc_rows(
+            list(got["prompts"].unbind()),
+            list(got["responses"].unbind()),
+            torch.stack([r.sum() for r in got["rm_scores"].unbind()]).float(),
+            # verl's padding rows (one shared uid) are no group: they keep their prompt
+            # and do not count for the budget, as on TRL where they do not exist.
+            [
+                f"padding/{i}" if tag.get("is_padding", False) else transfer.group_id(key)
+                for i, (key, tag) in enumerate(zip(batch.keys, batch.tags, strict=True))
+            ],
+            builder,
+            pad_token_id=tokenizer.pad_token_id,
+            max_positions=getattr(self, "max_positions", None),
+            messages=messages,
+            render=chat_renderer(tokenizer, dict(kwargs) if kwargs else None),
+            decode=text_decoder(tokenizer),
+        )
+
+    def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        if not self.crlvr.bicc:
+            return super()._update_actor(batch, metrics)
+        conditioned, plain = self._condition_on_opposite(batch, metrics)
+        try:
+            if recomputes_old_log_probs(self.config, self.crlvr):
+                # The recomputation's own entropy metric would describe the conditioned
+                # prompts; the step keeps the one of the plain rollout.
+                conditioned = self._compute_old_log_prob(conditioned, metrics={})
+            if conditioned_reference(self.config, self.crlvr):
+                # The KL term compares with the reference on the same prompt (TRL:
+                # bicc_kl_reference='conditioned' with beta > 0, every ratio mode).
+                conditioned = self._compute_ref_log_prob(conditioned, metrics={})
+            super()._update_actor(conditioned, metrics)
+        finally:
+            restored = self._restore(batch, plain)
+        return restored
+
+    def _condition_on_opposite(
+        self, batch: KVBatchMeta, metrics: dict
+    ) -> tuple[KVBatchMeta, dict[str, Any]]:
+        """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the meta of
+        that write and the plain rows."""
+        fields = ["prompts", "input_ids", "position_ids"]
+        if recomputes_old_log_probs(self.config, self.crlvr):
+            fields += ["old_log_probs", "entropy"]
+        if conditioned_reference(self.config, self.crlvr):
+            fields.append("ref_log_prob")
+        data = transfer.fetch(batch, [*fields, "responses"])
+        if any(p.dim() != 1 for p in data["position_ids"].unbind()):
+            raise ValueError("BiCC on verl supports text-only rows (1-D position ids)")
+        responses = list(data["responses"].unbind())
+        rows = self._bicc_rows(batch)
+        self._check_row_lengths(rows, responses)
+        plain = {"fields": data.select(*fields), "tags": [dict(tag) for tag in batch.tags]}
+        conditioned = self._put_rows(batch, rows.prompts, responses)
+        metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
+        metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()
+        return conditioned, plain
+
+    def _check_row_lengths(self, rows: BiCCRows, responses: list[torch.Tensor]) -> None:
+        """A conditioned row longer than a dynamic batch's token limit fails here, naming
+        the setting, instead of in verl's micro-batching assertion inside a worker (the
+        user-turn placement re-tokenises the attempts, which the start check bounds only
+        approximately)."""
+        longest = max(len(p) + len(r) for p, r in zip(rows.prompts, responses, strict=True))
+        for key, limit in bicc_token_limits(self.config, self.crlvr).items():
+            if longest > limit:
+                raise ValueError(
+                    f"a BiCC row has {longest} tokens, more than {key}={limit} holds; raise "
+                    "it or lower policy_loss.bicc_context_ratio / bicc_max_seq_len"
+                )
+
+    def _put_rows(
+        self, batch: KVBatchMeta, prompts: list[torch.Tensor], responses: list
+    ) -> KVBatchMeta:
+        """Write prompts, input ids, position ids and length tags of every row; return the
+        meta of the write."""
+        input_ids = [torch.cat([p, r]) for p, r in zip(prompts, responses, strict=True)]
+        fields = TensorDict(
+            {
+                "prompts": transfer.nested(prompts),
+                "input_ids": transfer.nested(input_ids),
+                "position_ids": transfer.nested([torch.arange(len(x)) for x in input_ids]),
+            },
+            batch_size=len(batch),
+        )
+        for tag, p, x in zip(batch.tags, prompts, input_ids, strict=True):
+            tag.update(prompt_len=len(p), seq_len=len(x))
+        return transfer.put(batch, fields=fields, tags=batch.tags)
+
+    def _restore(self, batch: KVBatchMeta, plain: dict[str, Any]) -> KVBatchMeta:
+        """Put the plain rows and tags back; return the meta of that write."""
+        for tag, saved in zip(batch.tags, plain["tags"], strict=True):
+            tag.clear()
+            tag.update(saved)
+        return transfer.put(batch, fields=plain["fields"], tags=batch.tags)

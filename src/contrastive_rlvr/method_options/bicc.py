@@ -1,0 +1,163 @@
+"""BiCC's fields: the switch, ratio mode, pairing, context budget and framing text that
+both engines read (docs/bicc.md; verl's differences in
+:class:`~contrastive_rlvr.integrations.verl.config.CrlvrPolicyLossConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..algorithms.bicc import (
+    BiCCRatioMode,
+    BiCCTemplate,
+    FramingBudget,
+    Pairing,
+    Placement,
+    Truncation,
+)
+from ..algorithms.bicc_defaults import RECIPE_BICC_RATIO_MODE
+from ..errors import UserError
+from .checks import check, check_choices
+
+_TEMPLATE = BiCCTemplate()
+#: The reference of the conditioned share's KL term (``bicc_kl_reference``).
+KLReference = Literal["conditioned", "plain"]
+
+
+def _ratio_mode_help() -> str:
+    # Read when the class is defined: the built-in recipes' defaults, as the table has them.
+    defaults = ", ".join(f"{k}: {v}" for k, v in RECIPE_BICC_RATIO_MODE.items())
+    return (
+        "'paper': pi_theta(o|[q;O_opp]) / pi_old(o|q); 'consistent': "
+        "pi_theta(o|[q;O_opp]) / pi_old(o|[q;O_opp]); 'conditioned_old' (what the "
+        "authors' public code intends): pi_theta(o|q) / pi_old(o|[q;O_opp]), the policy "
+        f"on the plain prompt (bicc_mix 1 only). None: the recipe's default ({defaults}), "
+        "chosen from the step-1 clip fractions and results in docs/bicc.md."
+    )
+
+
+@dataclass
+class BiCCFields:
+    """Each completion's log-probs are taken on its prompt followed by the group's
+    opposite-outcome completions."""
+
+    bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
+    bicc_ratio_mode: BiCCRatioMode | None = field(
+        default=None, metadata={"help": _ratio_mode_help()}
+    )
+    bicc_pairing: Pairing = field(
+        default="partition",
+        metadata={
+            "help": "Which opposite completions a row reads: 'partition' (all of its group's, "
+            "the paper) or 'one_opposite' (one each, round robin over the opposite side: the "
+            "pairing of the authors' public code, docs/bicc.md)."
+        },
+    )
+    bicc_framing_budget: FramingBudget = field(
+        default="outside",
+        metadata={
+            "help": "What the context budget pays for: 'outside' (the attempts' tokens only; "
+            "the framing text is added on top, so a short run still carries whole attempts) "
+            "or 'inside' (framing and attempts together, this project's earlier default). "
+            "The model's positions cap the whole context either way (docs/bicc.md)."
+        },
+    )
+    bicc_kl_reference: KLReference = field(
+        default="conditioned",
+        metadata={
+            "help": "BiCC with beta > 0: the reference of the conditioned share's KL term. "
+            "'conditioned': pi_ref(o|[q;O_opp]), so the KL measures only how far the policy "
+            "moved (0 at step 1, as plain GRPO's); 'plain': pi_ref(o|q), which adds the "
+            "context's own shift (nonzero at step 1). The plain share (bicc_mix < 1) always "
+            "uses the plain reference (docs/bicc.md)."
+        },
+    )
+    bicc_mix: float = field(
+        default=1.0,
+        metadata={
+            "help": "Share of the loss (policy or ConSPO) computed on the conditioned prompts; the "
+            "rest on the plain prompts. 1.0 is BiCC as the paper states it; lower values "
+            "are this project's option (docs/bicc.md). Read only with bicc on."
+        },
+    )
+    bicc_context_ratio: float = field(
+        default=0.4,
+        metadata={
+            "help": "Share of the sequence given to the opposite completions, in (0, 1): "
+            "floor(ratio x (longest prompt + max_completion_length)) tokens, or of "
+            "bicc_max_seq_len when set."
+        },
+    )
+    bicc_max_seq_len: int | None = field(
+        default=None,
+        metadata={
+            "help": "Length the context budget is a share of. None: the run's own sequence "
+            "length (longest prompt of the batch + max_completion_length). The budget is "
+            "also capped so prompt + context + completion fit in the model's positions."
+        },
+    )
+    bicc_truncation: Truncation = field(
+        default="middle",
+        metadata={
+            "help": "How an opposite completion longer than its share is cut: 'middle' "
+            "(keep head and tail), 'head' or 'tail'."
+        },
+    )
+    bicc_placement: Placement = field(
+        default="auto",
+        metadata={
+            "help": "'user_turn' (chat prompts: the attempts at the end of the user message, "
+            "rendered with the chat template), 'after_prompt' ([q ; O] after the rendered "
+            "prompt, the paper), 'before_prompt', or 'auto' (user_turn for chat prompts, "
+            "after_prompt for text)."
+        },
+    )
+    bicc_header_correct: str = field(
+        default=_TEMPLATE.header_correct, metadata={"help": "Text before correct completions."}
+    )
+    bicc_header_wrong: str = field(
+        default=_TEMPLATE.header_wrong, metadata={"help": "Text before wrong completions."}
+    )
+    bicc_item_prefix: str = field(
+        default=_TEMPLATE.item_prefix,
+        metadata={"help": "Text before each completion; may use {index}."},
+    )
+    bicc_item_suffix: str = field(
+        default=_TEMPLATE.item_suffix, metadata={"help": "Text after each completion."}
+    )
+    bicc_footer: str = field(
+        default=_TEMPLATE.footer, metadata={"help": "Text closing the context."}
+    )
+
+    @property
+    def bicc_template(self) -> BiCCTemplate:
+        """The BiCC framing text as set by the ``bicc_*`` template fields."""
+        return BiCCTemplate.from_fields(self)
+
+    def check_bicc_fields(self, where: str = "") -> None:
+        """Refuse an invalid value of these fields, naming it (``where`` + the field's name)."""
+        try:
+            BiCCTemplate.from_fields(self)  # checks the framing text (its {index} field)
+        except ValueError as err:
+            raise UserError(f"{where}{err}") from err
+        check_choices(self, BiCCFields, where)
+        check(
+            not (self.bicc_ratio_mode == "conditioned_old" and self.bicc_mix < 1.0),
+            where + "bicc_mix",
+            self.bicc_mix,
+            "must be 1 with bicc_ratio_mode='conditioned_old' (its policy already reads the "
+            "plain prompt)",
+        )
+        check(0.0 <= self.bicc_mix <= 1.0, where + "bicc_mix", self.bicc_mix, "must be in [0, 1]")
+        check(
+            0.0 < self.bicc_context_ratio < 1.0,
+            where + "bicc_context_ratio",
+            self.bicc_context_ratio,
+            "must be in (0, 1)",
+        )
+        check(
+            self.bicc_max_seq_len is None or self.bicc_max_seq_len > 0,
+            where + "bicc_max_seq_len",
+            self.bicc_max_seq_len,
+            "must be positive (or unset)",
+        )
