@@ -45,6 +45,8 @@ TRAINER = "contrastive_rlvr.integrations.verl.trainer"
 def _patch(verl_trainer: Any, out: Path) -> None:
     import transfer_queue as tq
 
+    from contrastive_rlvr.integrations.verl.transfer import group_id
+
     cls = verl_trainer.CrlvrTrainer
     if getattr(cls._compute_advantage, "_dumps", False):
         return
@@ -54,7 +56,7 @@ def _patch(verl_trainer: Any, out: Path) -> None:
         meta = original(self, batch, metrics)
         got = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=FIELDS)
         record = {name: _rows(got[name]) for name in FIELDS}
-        record["index"] = [verl_trainer.group_id(k) for k in meta.keys]
+        record["index"] = [group_id(k) for k in meta.keys]
         record["step"] = int(self.global_steps)
         record["progress"] = float(self._progress())
         out.mkdir(parents=True, exist_ok=True)
