@@ -200,7 +200,7 @@ def train(
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
     if main:
-        from .trainer.run import settings_line
+        from .trainer.run_summary import settings_line
 
         typer.echo(f"base configuration: {cfg.base_config}")
         typer.echo(f"settings: {settings_line(cfg)}")

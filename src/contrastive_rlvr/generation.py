@@ -1,13 +1,22 @@
-"""Sampling completions: Hugging Face ``generate`` (CPU or GPU), or vLLM when installed.
+"""Sampling completions: the one Hugging Face ``generate`` loop of the project (held-out
+scoring during ``train``, the embedded task's evaluation and warm start, ``eval``), and
+vLLM for ``eval`` when installed.
 
-A generator maps a list of prompt strings and a seed to one completion per
-prompt. Sample j of every problem is drawn with seed j, as in the papers'
-evaluation (seeds 0..n-1):
+:class:`HFGenerator` holds the loop (:meth:`HFGenerator._sample_rows`: prompts left-padded,
+``batch_size`` rows per ``generate`` call, no top-k, greedy at temperature 0) and draws in
+one of two ways:
 
-- :class:`HFGenerator` sets ``torch.manual_seed(seed)`` before each batch of
-  problems, so a sample is reproducible for the same batch composition;
-- :class:`VLLMGenerator` gives every request its own ``seed``, so a sample
-  depends on nothing else.
+- :meth:`~HFGenerator.generate`: one completion per prompt, ``torch.manual_seed(seed)``
+  before each batch of prompts, so sample j of every problem is drawn with seed j, as in
+  the papers' evaluation (seeds 0..n-1); a sample is reproducible for the same batch
+  composition. ``eval`` and the held-out avg@n of ``train`` on the user's data.
+- :meth:`~HFGenerator.sample`: ``n`` completions per prompt, rows problem-major (problem
+  i's samples are rows ``i*n .. i*n + n-1``), torch seeded once with ``seed`` under a
+  forked RNG (the caller's RNG state is left as it was), so the draws depend on ``seed``
+  and ``batch_size``. The embedded task's avg@n and its reading warm start.
+
+:class:`VLLMGenerator` gives every request its own ``seed``, so a sample depends on
+nothing else (``eval --backend vllm``, GPU machines only).
 """
 
 from __future__ import annotations
@@ -17,8 +26,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
-
-from .models import ALIASES
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -45,7 +52,16 @@ def vllm_available() -> bool:
 
 
 class HFGenerator:
-    """Batched ``model.generate`` with left padding, on whatever device the model is."""
+    """Batched ``model.generate`` with left padding, on whatever device the model is.
+
+    ``temperature=0`` decodes greedily; otherwise it samples at ``temperature`` from the
+    ``top_p`` nucleus of the whole vocabulary (``top_k=0``: not ``generate``'s default 50).
+    ``chat``: the prompts were rendered with a chat template, which wrote BOS and the other
+    special tokens already (none are added). ``stop_at_eos``: pass the tokenizer's
+    ``<eos>`` to ``generate`` and cut each completion at its first one (the embedded
+    task); otherwise the model's ``generation_config`` says when to stop and the special
+    tokens are dropped from the text.
+    """
 
     def __init__(
         self,
@@ -57,32 +73,56 @@ class HFGenerator:
         top_p: float,
         batch_size: int,
         chat: bool,
+        stop_at_eos: bool = False,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.temperature, self.top_p = temperature, top_p
         # A chat template already wrote BOS and the other special tokens.
         self.add_special_tokens = not chat
+        self.stop_at_eos = stop_at_eos
+        # Generation appends after the last column: prompts must end there.
         self.tokenizer.padding_side = "left"
 
-    @torch.no_grad()
     def generate(self, prompts: Sequence[str], seed: int) -> list[str]:
+        """One completion per prompt (same order), torch seeded with ``seed`` before each
+        batch of ``batch_size`` prompts."""
+        return self._sample_rows(list(prompts), seed=seed)
+
+    def sample(self, prompts: Sequence[str], *, n: int, seed: int) -> list[list[str]]:
+        """``n`` completions per prompt (a list per prompt): rows problem-major in batches
+        of ``batch_size`` rows, one torch stream seeded with ``seed`` for all of them,
+        under a forked RNG (the caller's state is left as it was)."""
+        rows = [p for p in prompts for _ in range(n)]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            texts = self._sample_rows(rows, seed=None)
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def _sample_rows(self, rows: list[str], *, seed: int | None) -> list[str]:
+        """The loop: one completion per row, ``batch_size`` rows per ``generate`` call;
+        torch seeded with ``seed`` before each call, or not at all (None: the caller
+        seeded the stream once)."""
         out: list[str] = []
         device = next(self.model.parameters()).device
-        for start in range(0, len(prompts), self.batch_size):
-            batch = list(prompts[start : start + self.batch_size])
+        # top_k=0: sample from the whole nucleus, not generate's default top 50.
+        sampling: dict[str, Any] = {"do_sample": False}
+        if self.temperature > 0:
+            sampling = {"do_sample": True, "top_k": 0}
+            sampling.update(temperature=self.temperature, top_p=self.top_p)
+        if self.stop_at_eos:
+            sampling["eos_token_id"] = self.tokenizer.eos_token_id
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start : start + self.batch_size]
             enc = self.tokenizer(
                 batch,
                 return_tensors="pt",
                 padding=True,
                 add_special_tokens=self.add_special_tokens,
             ).to(device)
-            torch.manual_seed(seed)
-            # top_k=0: sample from the whole nucleus, not generate's default top 50.
-            sampling: dict[str, Any] = {"do_sample": False}
-            if self.temperature > 0:
-                sampling = {"do_sample": True, "top_k": 0}
-                sampling.update(temperature=self.temperature, top_p=self.top_p)
+            if seed is not None:
+                torch.manual_seed(seed)
             tokens = self.model.generate(
                 **enc,
                 max_new_tokens=self.max_new_tokens,
@@ -90,12 +130,28 @@ class HFGenerator:
                 **sampling,
             )
             new = tokens[:, enc["input_ids"].shape[1] :]
-            out.extend(self.tokenizer.batch_decode(new, skip_special_tokens=True))
+            out.extend(self._texts(new))
         return out
+
+    def _texts(self, new: torch.Tensor) -> list[str]:
+        """The completions' text, special tokens dropped; with ``stop_at_eos`` each cut at
+        its first ``<eos>`` (what ``generate`` wrote after it is padding)."""
+        if not self.stop_at_eos:
+            return self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        eos = self.tokenizer.eos_token_id
+        texts = []
+        for ids in new.tolist():
+            if eos in ids:
+                ids = ids[: ids.index(eos)]
+            texts.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+        return texts
 
 
 class VLLMGenerator:
-    """vLLM offline inference with one seeded request per (problem, sample)."""
+    """vLLM offline inference with one seeded request per (problem, sample).
+
+    ``model_name`` is a model id or directory: the caller refuses the project's aliases
+    and GGUF files, which vLLM does not load (``evaluation.run``)."""
 
     def __init__(
         self,
@@ -106,8 +162,6 @@ class VLLMGenerator:
         top_p: float,
         dtype: str = "auto",
     ) -> None:
-        if model_name in ALIASES or model_name.endswith(".gguf"):
-            raise ValueError(f"the vLLM backend takes a model id or directory, not {model_name!r}")
         from vllm import LLM  # optional dependency: GPU machines only
 
         self.llm = LLM(model=model_name, dtype=dtype, seed=0)

@@ -41,6 +41,7 @@ def locking_training(monkeypatch):
     then writes a summary."""
     import contrastive_rlvr.trainer.run as run_module
     from contrastive_rlvr.trainer.folder_lock import OutputDirLock
+    from contrastive_rlvr.trainer.run_folder import CONFIG_FILE, save_resolved_config
 
     state = {"calls": [], "hold": threading.Event(), "started": threading.Event()}
     state["go"] = threading.Event()
@@ -53,7 +54,7 @@ def locking_training(monkeypatch):
         out = Path(cfg.output_dir)
         with OutputDirLock(out):
             state["calls"].append((cfg.recipe, _arm(cfg), cfg.seed))
-            run_module.save_resolved_config(cfg, out / run_module.CONFIG_FILE)
+            save_resolved_config(cfg, out / CONFIG_FILE)
             state["started"].set()
             if state["hold"].is_set():
                 assert state["go"].wait(PATIENCE_S)

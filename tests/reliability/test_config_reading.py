@@ -13,7 +13,7 @@ import pytest
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.trainer import parse
-from contrastive_rlvr.trainer.run import CONFIG_FILE, save_resolved_config
+from contrastive_rlvr.trainer.run_folder import CONFIG_FILE, save_resolved_config
 
 CONFIG = "model: embedded\nlearning_rate: 0.25\nmax_steps: 2\n"
 #: 7 levels of 9 aliases each: 9**7 = 4.8 million values from under 500 bytes.

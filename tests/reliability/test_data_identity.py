@@ -15,7 +15,12 @@ from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.data import file_fingerprint, load_prompts
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import load_dataset_of
-from contrastive_rlvr.trainer.run import CONFIG_FILE, DATA_FILE, save_resolved_config
+from contrastive_rlvr.trainer.run_folder import (
+    CONFIG_FILE,
+    DATA_FILE,
+    save_data_identity,
+    save_resolved_config,
+)
 
 
 def _rows(answer: str, n: int = 6) -> list[dict]:
@@ -97,7 +102,7 @@ def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path, monkeypatch
     out.mkdir()
     # the run as it started: its config and the data it read
     save_resolved_config(cfg, out / CONFIG_FILE)
-    run_module.save_data_identity(out, cfg, load_dataset_of(cfg).fingerprint)
+    save_data_identity(out, cfg, load_dataset_of(cfg).fingerprint)
     assert json.loads((out / DATA_FILE).read_text())["sha256"] == file_fingerprint(data)["sha256"]
     _rewrite_keeping_mtime(data, _rows("7"))
 
@@ -124,7 +129,7 @@ def fake_runs(monkeypatch):
         loaded = load_dataset_of(cfg)
         calls.append(loaded.dataset["answer"][0])
         save_resolved_config(cfg, out / CONFIG_FILE)
-        run_module.save_data_identity(out, cfg, loaded.fingerprint)
+        save_data_identity(out, cfg, loaded.fingerprint)
         summary = {"heldout_avg@n_before": 0.5, "heldout_avg@n_after": 0.75, "eval_n": 1}
         (out / "summary.json").write_text(json.dumps(summary))
 

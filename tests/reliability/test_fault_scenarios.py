@@ -21,21 +21,21 @@ from trainer_utils import save_tiny_model
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.evaluation import EvalConfig
 from contrastive_rlvr.trainer.callbacks import MetricsJsonl, _shown
+from contrastive_rlvr.trainer.embedded_inputs import warm_start_problems
 from contrastive_rlvr.trainer.folder_lock import OutputDirLock
 from contrastive_rlvr.trainer.guards import (
     GuardedReward,
     NonFiniteRewardError,
     RewardExitError,
 )
+from contrastive_rlvr.trainer.output_plan import plan_output_dir
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError, check_output_dir
-from contrastive_rlvr.trainer.run import (
+from contrastive_rlvr.trainer.run import train
+from contrastive_rlvr.trainer.run_folder import (
     CONFIG_FILE,
     holds_run,
-    plan_output_dir,
     save_resolved_config,
-    train,
-    warm_start_problems,
 )
 
 # ---------------------------------------------------------------------- compare

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from trainer_utils import save_tiny_model
 
+from contrastive_rlvr.trainer.output_plan import plan_output_dir
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError
-from contrastive_rlvr.trainer.run import (
+from contrastive_rlvr.trainer.run_folder import (
     CONFIG_FILE,
     foreign_entries,
-    plan_output_dir,
     save_resolved_config,
 )
 

@@ -19,7 +19,7 @@ from contrastive_rlvr.stats import (
     score_interval,
     wilson_interval,
 )
-from contrastive_rlvr.trainer.run import heldout_score
+from contrastive_rlvr.trainer.heldout import heldout_score
 
 Z = 1.959964  # the normal 0.975 quantile
 Z2 = Z * Z  # 3.841459

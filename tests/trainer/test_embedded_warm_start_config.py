@@ -9,7 +9,8 @@ import logging
 import torch
 
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run import SFT_DIR, load_run_inputs
+from contrastive_rlvr.trainer.run import load_run_inputs
+from contrastive_rlvr.trainer.run_folder import SFT_DIR
 
 
 def _settings(out):
@@ -27,7 +28,7 @@ def test_context_frac_reaches_the_saved_warm_start(tmp_path, caplog):
     load_run_inputs(parse_config(None, ["--embedded_sft_steps", "2"]), plain)
     assert _settings(plain)["sft"]["context_frac"] == 0.0
     # Reusing a warm start built with another share says so.
-    with caplog.at_level(logging.WARNING, logger="contrastive_rlvr.trainer.run"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_rlvr.embedded.warm_start_rules"):
         load_run_inputs(parse_config(None, ["--embedded_sft_steps", "2"]), tmp_path)
     assert "embedded_sft_context_frac: 0.5 there, 0.0 here" in caplog.text
 
@@ -45,7 +46,7 @@ def test_compare_shares_a_warm_start_only_with_the_same_context_frac(tmp_path):
 
 def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
     from contrastive_rlvr.compare import _sft_key, make_spec
-    from contrastive_rlvr.trainer.run import embedded_sft_context_budget
+    from contrastive_rlvr.embedded.warm_start_rules import embedded_sft_context_budget
 
     torch.set_num_threads(1)
     # The shipped embedded.yaml: floor(0.4 x bicc_max_seq_len 256) = 102 tokens of attempts,

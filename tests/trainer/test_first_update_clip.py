@@ -14,7 +14,8 @@ import torch
 
 from contrastive_rlvr.trainer.callbacks import FIRST_UPDATE_CLIP_KEY, FirstUpdateClipFraction
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run import SFT_DIR, load_run_inputs, train
+from contrastive_rlvr.trainer.run import load_run_inputs, train
+from contrastive_rlvr.trainer.run_folder import SFT_DIR
 
 KEY = FIRST_UPDATE_CLIP_KEY
 

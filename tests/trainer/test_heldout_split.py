@@ -11,9 +11,9 @@ import torch
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.data import load_prompts, prompt_key, split_heldout
+from contrastive_rlvr.trainer.custom_inputs import custom_inputs
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.preflight import UserError, preflight
-from contrastive_rlvr.trainer.run import _custom
 
 PROBLEMS = [(f"{a}+{a + 3}=", str(2 * a + 3)) for a in range(10)]
 
@@ -42,7 +42,7 @@ def test_repeated_problems_stay_on_one_side(tmp_path, seed, caplog):
     torch.set_num_threads(1)
     data = write_rows(tmp_path / "thrice.jsonl", PROBLEMS, copies=3)  # 30 rows, 10 problems
     with caplog.at_level(logging.WARNING, logger="contrastive_rlvr"):
-        built = _custom(config_for(tmp_path, data, heldout_size=4, seed=seed))
+        built = custom_inputs(config_for(tmp_path, data, heldout_size=4, seed=seed))
     held, train = list(built["heldout"]["prompt"]), list(built["train"]["prompt"])
     # 4 problems held out, each evaluated once; none of them among the training rows
     assert len(held) == 4 and len(set(held)) == 4
@@ -72,7 +72,7 @@ def test_without_repeats_the_split_is_the_split_by_rows(tmp_path, seed, caplog):
     assert (split.heldout, split.train) == ([0, 1, 2], list(range(3, 10)))
     assert (split.problems, split.repeats, split.dropped) == (10, 0, 0)
     with caplog.at_level(logging.WARNING, logger="contrastive_rlvr"):
-        built = _custom(config_for(tmp_path, data, heldout_size=3, seed=seed))
+        built = custom_inputs(config_for(tmp_path, data, heldout_size=3, seed=seed))
     by_rows = [f"{p}\n" for p in shuffled["prompt"]]  # as the run renders a string prompt
     assert list(built["heldout"]["prompt"]) == by_rows[:3]
     assert list(built["train"]["prompt"]) == by_rows[3:]

@@ -241,7 +241,7 @@ def _data_fingerprint(dataset: str | None) -> dict | None:
 def _data_clash(run_dir: Path, data: dict | None) -> str | None:
     """How the dataset file differs from the one the run in ``run_dir`` recorded."""
     from ..data import fingerprint_differences
-    from ..trainer.run import DATA_FILE
+    from ..trainer.run_folder import DATA_FILE
 
     record = run_dir / DATA_FILE
     if data is None or not record.is_file():
@@ -263,7 +263,7 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
     from ..checkpoints import newest_complete_checkpoint
     from ..trainer.config_compare import predates
     from ..trainer.parse import YAMLTooLarge, safe_yaml
-    from ..trainer.run import CONFIG_FILE
+    from ..trainer.run_folder import CONFIG_FILE
 
     saved_file = run_dir / CONFIG_FILE
     if not saved_file.is_file():
@@ -291,7 +291,7 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
 def finished_summary(run_dir: Path) -> dict | None:
     """The summary of a run that finished without error (None: unfinished, unreadable, or
     a summary that records an ``error``: a failed run)."""
-    from ..trainer.run import SUMMARY_FILE
+    from ..trainer.run_folder import SUMMARY_FILE
 
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())

@@ -37,7 +37,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
 def _reading_key(cfg) -> dict:
     """What a reading warm start also depends on: its target rule and the BiCC context
     its demonstrations are cut to."""
-    from ..trainer.run import embedded_sft_context_budget
+    from ..embedded.warm_start_rules import embedded_sft_context_budget
 
     return {
         "embedded_sft_context_target": cfg.embedded_sft_context_target,
@@ -59,7 +59,7 @@ def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
     """Build ``OUT/sft-cache/seed<k>/sft-model`` (rebuilt when its key changed);
     returns an error message or None."""
     from ..trainer.folder_lock import held_by_a_live_process
-    from ..trainer.run import SFT_DIR
+    from ..trainer.run_folder import SFT_DIR
 
     key = _sft_key(spec, seed)
     if key["model"] != "embedded":

@@ -7,23 +7,23 @@ apply ``top_k=50``), scored with the reward function, and averaged by
 :func:`contrastive_rlvr.algorithms.avg_at_n`: the mean over problems of the
 share of that problem's samples that are right.
 
-Rows are laid out problem-major (problem ``i``'s samples are rows
-``i*n .. i*n + n-1``), prompts left-padded, ``batch_size`` rows per
-``generate`` call. Sampling runs under a forked torch RNG seeded with
-``seed``, so results repeat for the same ``seed`` and ``batch_size`` (the
-draws depend on how rows are batched) and the caller's RNG state is left as
-it was.
+Sampling is :meth:`contrastive_rlvr.generation.HFGenerator.sample`, the
+project's one sampler: rows laid out problem-major (problem ``i``'s samples
+are rows ``i*n .. i*n + n-1``), prompts left-padded, ``batch_size`` rows per
+``generate`` call, under a forked torch RNG seeded with ``seed``, so results
+repeat for the same ``seed`` and ``batch_size`` (the draws depend on how rows
+are batched) and the caller's RNG state is left as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..algorithms import avg_at_n
+from ..generation import HFGenerator
 from .task import arithmetic_reward
 
 RewardFn = Callable[..., list[float]]
@@ -68,40 +68,27 @@ def sample_completions(
         )
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    rows = [p for p in prompts for _ in range(n)]
-    sampling = (
-        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        if temperature > 0
-        else {"do_sample": False}
-    )
-    device = next(model.parameters()).device
+    # The project's one sampler (generation.HFGenerator) in its problem-major, one-stream
+    # form, on the model in eval mode; the padding side (HFGenerator sets left) and the
+    # model's mode are the caller's again afterwards.
     padding_side = tokenizer.padding_side
-    # Generation appends after the last column: prompts must end there.
-    tokenizer.padding_side = "left"
     was_training = model.training
     model.eval()
-    texts: list[str] = []
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(seed)
-            for start in range(0, len(rows), batch_size):
-                enc = tokenizer(rows[start : start + batch_size], padding=True, return_tensors="pt")
-                out = model.generate(
-                    input_ids=enc["input_ids"].to(device),
-                    attention_mask=enc["attention_mask"].to(device),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                    **sampling,
-                )
-                for ids in out[:, enc["input_ids"].shape[1] :].tolist():
-                    if tokenizer.eos_token_id in ids:
-                        ids = ids[: ids.index(tokenizer.eos_token_id)]
-                    texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        generator = HFGenerator(
+            model,
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            batch_size=batch_size,
+            chat=False,
+            stop_at_eos=True,
+        )
+        return generator.sample(prompts, n=n, seed=seed)
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)
-    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 def heldout_correctness(

@@ -160,6 +160,12 @@ def _make_generator(
     if backend == "auto":
         backend = "vllm" if model is None and vllm_available() else "hf"
     if backend == "vllm":
+        from ..models import ALIASES
+
+        if config.model in ALIASES or config.model.endswith(".gguf"):
+            raise ValueError(
+                f"the vLLM backend takes a model id or directory, not {config.model!r}"
+            )
         gen = VLLMGenerator(
             config.model,
             max_new_tokens=config.max_new_tokens,

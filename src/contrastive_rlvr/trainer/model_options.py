@@ -10,6 +10,8 @@ the more specific setting.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -71,3 +73,16 @@ def init_kwargs_error(config: Any, err: TypeError) -> Exception | None:
         f"field of the model's config ({m.group(1)} does not take it); remove it or fix its "
         "name"
     )
+
+
+@contextlib.contextmanager
+def init_kwargs_as_user_error(config: Any) -> Iterator[None]:
+    """A ``model_init_kwargs`` key the model does not take, as one line (raised when the
+    model class is built, before any weight is read)."""
+    try:
+        yield
+    except TypeError as err:
+        user_error = init_kwargs_error(config, err)
+        if user_error is None:
+            raise
+        raise user_error from err

@@ -1,0 +1,111 @@
+"""The run inputs of the embedded default (``model=embedded``): its warm start, built once
+in the run's folder (``sft-model``, whole or absent) and reused, the task's datasets, its
+reward and its held-out evaluation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoModelForCausalLM
+
+from ..checkpoints import weights_problems
+from .config import RLVRConfig
+from .guards import guard_reward
+from .model_options import init_kwargs_as_user_error, model_load_kwargs
+from .run_folder import SFT_DIR
+
+logger = logging.getLogger(__name__)
+
+
+def warm_start_problems(sft_dir: Path) -> list[str]:
+    """Why ``sft_dir`` is not a whole saved warm start (empty: it is): its config, its
+    settings record and its weights, checked from headers as checkpoints are."""
+    from ..embedded import SETTINGS_FILE
+
+    missing = [n for n in ("config.json", SETTINGS_FILE) if not (sft_dir / n).is_file()]
+    return [f"{n} is missing" for n in missing] + weights_problems(sft_dir)
+
+
+def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
+    """The embedded default's model (warm-started once, then reused), task and reward."""
+    from ..embedded import (
+        EmbeddedSettings,
+        TaskConfig,
+        WarmStartConfig,
+        arithmetic_reward,
+        build_embedded_default,
+        heldout_correctness,
+        load_char_tokenizer,
+        make_datasets,
+    )
+    from ..embedded.warm_start_rules import (
+        embedded_sft_context_budget,
+        embedded_sft_context_placement,
+        warn_if_other_warm_start,
+    )
+
+    task = TaskConfig(terms=config.embedded_terms)
+    sft_dir = out / SFT_DIR
+    problems = warm_start_problems(sft_dir) if sft_dir.exists() else ["absent"]
+    if problems != ["absent"] and problems:
+        # A save cut short (disk full, a kill) must not be reused on every rerun.
+        logger.warning("%s is not whole (%s): building it again", sft_dir, "; ".join(problems))
+    if problems:
+        settings = EmbeddedSettings(
+            seed=config.seed,
+            task=task,
+            bicc_phrases=config.embedded_bicc_phrases,
+            sft=WarmStartConfig(
+                context_frac=config.embedded_sft_context_frac,
+                context_target=config.embedded_sft_context_target,
+                # Read only by a reading warm start (a share of it > 0).
+                **(
+                    embedded_sft_context_budget(config)
+                    if config.embedded_sft_context_frac > 0
+                    else {"context_budget": None}
+                ),
+                context_truncation=config.bicc_truncation,
+                context_placement=embedded_sft_context_placement(config),
+                context_max_attempts=max(config.num_generations - 1, 1),
+                context_attempts=config.embedded_sft_context_attempts,
+                context_max_new_tokens=config.max_completion_length,
+                context_temperature=config.temperature,
+            ),
+        )
+        # Built aside and renamed into place, so that sft-model/ is whole or absent.
+        partial = out / f"{SFT_DIR}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        build_embedded_default(partial, settings=settings, sft_steps=config.embedded_sft_steps)
+        shutil.rmtree(sft_dir, ignore_errors=True)
+        os.replace(partial, sft_dir)
+    else:
+        warn_if_other_warm_start(config, sft_dir)
+    tokenizer = load_char_tokenizer(sft_dir)
+    with init_kwargs_as_user_error(config):
+        model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))
+    train, heldout = make_datasets(task)
+    if config.eval_limit is not None:
+        heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
+
+    def evaluate(m, label: str | None = None) -> list[list[bool]]:
+        # (The embedded task's samples are not written: its held-out set is generated.)
+        return heldout_correctness(m, tokenizer, heldout, n=config.eval_n, seed=config.seed)
+
+    return dict(
+        model=model,
+        tokenizer=tokenizer,
+        train=train,
+        heldout=heldout,
+        rewards=[
+            guard_reward(
+                arithmetic_reward,
+                on_nonfinite=config.nonfinite_rewards,
+                timeout=config.reward_timeout,
+            )
+        ],
+        evaluate=evaluate,
+    )

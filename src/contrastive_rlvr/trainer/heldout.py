@@ -1,0 +1,123 @@
+"""The held-out avg@n of a run on the user's data: which reward scores it, the evaluator
+that samples ``eval_n`` completions per held-out problem and scores them as TRL scores
+training samples (writing each sample as ``eval`` does), and the score summary.json
+records with its interval."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .config import RLVRConfig
+
+
+def heldout_reward_index(config: RLVRConfig) -> int:
+    """The place in ``config.rewards`` of the reward that scores the held-out avg@n:
+    ``heldout_reward`` when set; else the only reward; else ``math_verify`` when it is
+    among them, else the first that is not ``format`` (a format reward scores how an
+    answer is written, not whether it is right)."""
+    names = list(config.rewards)
+    if config.heldout_reward is not None:
+        return names.index(config.heldout_reward)
+    if "math_verify" in names:
+        return names.index("math_verify")
+    return next((i for i, n in enumerate(names) if n != "format"), 0)
+
+
+def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: Any, *, chat: bool):
+    """Per held-out problem, which of its eval_n samples the held-out reward
+    (:func:`heldout_reward_index`) scores correct (summary.json takes avg@n and its
+    interval from it), each sample written to ``samples/heldout_<label>.jsonl`` as
+    ``eval`` writes its samples (prompt, completion, extracted answer, reward): each
+    prompt rendered as TRL
+    renders it (its chat template once, with ``chat_template_kwargs``), and the reward
+    called as TRL calls it (the raw prompt, the completion as a message list for a
+    conversation, every other column as a keyword argument)."""
+    from ..generation import HFGenerator
+
+    template_kwargs = config.chat_template_kwargs or {}
+    if isinstance(template_kwargs, str):
+        template_kwargs = json.loads(template_kwargs)
+    prompts = list(heldout["prompt"])
+    texts = [
+        tokenizer.apply_chat_template(
+            p, tokenize=False, add_generation_prompt=True, **template_kwargs
+        )
+        if isinstance(p, list)
+        else p
+        for p in prompts
+    ]
+    columns = [c for c in heldout.column_names if c != "prompt"]
+
+    extract = getattr(reward, "extract", None)  # math_verify: the answer it read
+    ids = list(heldout["id"]) if "id" in heldout.column_names else list(range(len(heldout)))
+
+    def evaluate(m, label: str | None = None) -> list[list[bool]]:
+        gen = HFGenerator(
+            m,
+            tokenizer,
+            max_new_tokens=config.max_completion_length,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            batch_size=config.per_device_train_batch_size,
+            chat=chat,
+        )
+        samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
+        correct, records = [], []
+        n = config.eval_n
+        for i, row in enumerate(heldout):
+            completions = [samples[k][i] for k in range(n)]
+            if isinstance(prompts[i], list):
+                completions = [[{"role": "assistant", "content": c}] for c in completions]
+            extra = {c: [row[c]] * n for c in columns}
+            scores = reward([prompts[i]] * n, completions, **extra)
+            # None (not scored) and skip_group's non-finite marker are not correct.
+            correct.append([_is_correct(s, config.reward_threshold) for s in scores])
+            for k in range(n):
+                records.append({
+                    "problem_id": str(ids[i]), "seed": config.seed + k, "prompt": texts[i],
+                    "gold": row.get("answer"),
+                    "answer": extract(samples[k][i]) if callable(extract) else None,
+                    "reward": scores[k], "correct": correct[-1][k],
+                    "completion": samples[k][i],
+                })  # fmt: skip
+        if label is not None:
+            write_samples(Path(config.output_dir) / "samples" / f"heldout_{label}.jsonl", records)
+        return correct
+
+    return evaluate
+
+
+def write_samples(path: Path, records: list[dict]) -> None:
+    """The held-out samples as ``eval`` writes its own (one JSON object a line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+
+
+def _is_correct(score: float | None, threshold: float) -> bool:
+    return score is not None and math.isfinite(score) and score > threshold
+
+
+def heldout_score(correct: list[list[bool]]) -> tuple[float, dict]:
+    """avg@n of a held-out correctness matrix (problems x samples) and what summary.json
+    records with it: the counts behind it and its Wilson interval over problems."""
+    from ..algorithms import avg_at_n
+    from ..stats import SCORE_INTERVAL_METHOD, score_interval
+
+    value = avg_at_n(correct)
+    ci = score_interval([sum(row) / len(row) for row in correct])
+    counts = {
+        "problems": len(correct),
+        "samples": sum(len(row) for row in correct),
+        "correct": sum(sum(row) for row in correct),
+        "avg_at_n": value,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "level": ci.level,
+        "interval": SCORE_INTERVAL_METHOD,
+    }
+    return value, counts
