@@ -74,7 +74,7 @@ def build(out: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- TRL arm
 
 
-def trl_arm(task: dict[str, Any], out: Path, steps: int) -> Path:
+def trl_arm(task: dict[str, Any], out: Path, steps: int, bicc: str = "true") -> Path:
     """``contrastive-rlvr train`` with the shipped TRL recipe on the task; returns its folder."""
     run = out / "trl"
     cmd = [
@@ -104,6 +104,7 @@ def trl_arm(task: dict[str, Any], out: Path, steps: int) -> Path:
         "--lr_scheduler_type", "constant",
         "--warmup_steps", "0",
         "--bicc_max_seq_len", str(BICC_MAX_SEQ_LEN),
+        "--bicc", bicc,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with open(out / "trl.log", "w") as log:
@@ -175,6 +176,7 @@ def verl_overrides(task: dict[str, Any], files: tuple[Path, Path], run: Path, st
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         f"trainer.total_training_steps={steps}",
+        f"trainer.total_epochs={steps}",  # as many passes over the 64 problems as it takes
         "trainer.save_freq=-1",
         f"trainer.test_freq={steps}",
         f"trainer.default_local_dir={run / 'checkpoints'}",
@@ -187,7 +189,9 @@ def verl_overrides(task: dict[str, Any], files: tuple[Path, Path], run: Path, st
     ]
 
 
-def verl_arm(task: dict[str, Any], held: set[int], out: Path, steps: int) -> dict[int, dict]:
+def verl_arm(
+    task: dict[str, Any], held: set[int], out: Path, steps: int, bicc: str = "true"
+) -> dict[int, dict]:
     """verl's ``main_ppo`` with the shipped recipe; every step's advantage batch saved."""
     from verl_runs import main_ppo
 
@@ -196,7 +200,10 @@ def verl_arm(task: dict[str, Any], held: set[int], out: Path, steps: int) -> dic
     files = verl_parquet(task, held, out)
     code, metrics, log = main_ppo(
         "grpo_bicc_rcc",
-        verl_overrides(task, files, run, steps),
+        [
+            *verl_overrides(task, files, run, steps),
+            f"actor_rollout_ref.actor.policy_loss.bicc={bicc}",
+        ],
         run,
         "run",
         python=str(VERL_PYTHON),
@@ -292,8 +299,8 @@ def trl_on_verl_batch(stages, d: dict, order: list[int]) -> dict[str, Any]:
 
     pick = lambda rows: [rows[i] for i in order]  # noqa: E731
     mask = _padded(pick(d["response_mask"])).long()
-    old = _padded([r.float() for r in pick(d["old_log_probs"])])
-    ref = _padded([r.float() for r in pick(d["ref_log_prob"])])
+    old = _padded(pick(d["old_log_probs"]))  # in the dtype verl computed them in
+    ref = _padded(pick(d["ref_log_prob"]))
     rewards = torch.stack([r.float().sum() for r in pick(d["rm_scores"])])
     prompts = _padded(pick(d["prompts"]))
     data = {
@@ -316,13 +323,14 @@ def trl_on_verl_batch(stages, d: dict, order: list[int]) -> dict[str, Any]:
     return {"rewards": rewards, "delta": batch.shared["delta"], **batch.data}
 
 
-def step_one_logprobs(model_dir: Path, d: dict) -> tuple[float, float]:
+def step_one_logprobs(model_dir: Path, d: dict, dtype: str = "float32") -> tuple[float, float]:
     """Max and mean |verl's log-prob - the TRL path's| over step 1's response tokens,
-    both engines at the warm start (the TRL side's forward in float32)."""
+    both engines at the warm start (the TRL side's forward in ``dtype``; verl's actor
+    computes in the recipe's bf16 mixed precision)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     diffs = []
     with torch.no_grad():
         for p, r, m, lp in zip(
@@ -396,7 +404,7 @@ def agreement(task: dict[str, Any], run_trl: Path, dumps: list[Path], verl_metri
                 "reward_mean": float(rewards.mean()),
                 "reward_mismatches": int((trl_rewards != rewards).sum()),
                 "advantage_max_abs_diff": float((ours["advantages"] - verl_adv).abs().max()),
-                "delta_mean_trl": float(ours["delta"].mean()),
+                "delta_mean_trl": float(ours["delta"].float().mean()),
                 "delta_mean_verl": m.get("crlvr/rcc/delta_mean"),
                 "baseline_shift_mean_trl": float(shift.mean()),
                 "baseline_shift_mean_verl": m.get("crlvr/rcc/baseline_shift_mean"),
@@ -440,6 +448,15 @@ def trl_curve(run: Path) -> list[float]:
     return [r["reward"] for r in records if "reward" in r and "step" in r]
 
 
+def read_verl_metrics(path: Path) -> dict[int, dict]:
+    """verl's file logger output: the metrics of each step."""
+    steps: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        steps.setdefault(int(record["step"]), {}).update(record["data"])
+    return steps
+
+
 def verl_heldout(metrics: dict[int, dict]) -> dict[str, float]:
     """verl's validation (avg@4 at temperature 1): before training and at the last step."""
     found = {}
@@ -456,17 +473,36 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/two-engines"))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--window", type=int, default=5, help="steps at each end of the curve")
+    ap.add_argument(
+        "--bicc",
+        choices=("true", "false"),
+        default="true",
+        help="false: the same recipe with BiCC off on both engines (GRPO + RCC)",
+    )
+    ap.add_argument(
+        "--compare_only",
+        action="store_true",
+        help="no training: compare the runs already in --out (checks 1 and 2 again)",
+    )
     args = ap.parse_args()
+    args.out = args.out.resolve()  # verl runs in its own folder
     if not VERL_PYTHON.exists():
-        sys.exit(
-            f"{VERL_PYTHON} not found: build verl's environment with `make .venv-verl/.installed`"
-        )
-    if args.out.exists() and any(args.out.iterdir()):
-        sys.exit(f"{args.out} is not empty: give a new --out")
-    args.out.mkdir(parents=True, exist_ok=True)
-    task = build(args.out)
-    run_trl = trl_arm(task, args.out, args.steps)
-    verl_metrics = verl_arm(task, heldout_ids(run_trl), args.out, args.steps)
+        sys.exit(f"{VERL_PYTHON} not found: build it with `make .venv-verl/.installed`")
+    if args.compare_only:
+        sys.path.insert(0, str(TESTS))
+        task = {"model": args.out / "model", "jsonl": args.out / "task.jsonl"}
+        run_trl = args.out / "trl"
+        verl_metrics = read_verl_metrics(args.out / "verl" / "run.jsonl")
+        # what the runs were: their own records, not this command line's defaults
+        args.steps = max(s for s, m in verl_metrics.items() if "critic/score/mean" in m)
+        args.bicc = str(trl_config(run_trl).bicc).lower()
+    else:
+        if args.out.exists() and any(args.out.iterdir()):
+            sys.exit(f"{args.out} is not empty: give a new --out, or --compare_only")
+        args.out.mkdir(parents=True, exist_ok=True)
+        task = build(args.out)
+        run_trl = trl_arm(task, args.out, args.steps, bicc=args.bicc)
+        verl_metrics = verl_arm(task, heldout_ids(run_trl), args.out, args.steps, bicc=args.bicc)
     dumps = sorted(
         (args.out / "verl" / "dumps").glob("step_*[0-9].pt"),
         key=lambda p: int(p.stem.split("_")[1]),
@@ -474,13 +510,15 @@ def main() -> None:
     verl_conspo_targets(dumps)
     import torch
 
-    worst, mean = step_one_logprobs(task["model"], torch.load(dumps[0]))
+    first = torch.load(dumps[0])
+    logprobs = {dt: step_one_logprobs(task["model"], first, dt) for dt in ("float32", "bfloat16")}
     rows = agreement(task, run_trl, dumps, verl_metrics)
     summary = json.loads((run_trl / "summary.json").read_text())
     verl_curve = [verl_metrics[s]["critic/score/mean"] for s in sorted(verl_metrics)
                   if "critic/score/mean" in verl_metrics[s]]  # fmt: skip
     report = {
         "steps": args.steps,
+        "bicc": args.bicc,
         "trl": {
             "reward": rise(trl_curve(run_trl), args.window),
             "heldout": {
@@ -489,7 +527,9 @@ def main() -> None:
             },
         },
         "verl": {"reward": rise(verl_curve, args.window), "heldout": verl_heldout(verl_metrics)},
-        "step1_logprob_abs_diff": {"max": worst, "mean": mean},
+        "step1_logprob_abs_diff": {
+            dt: {"max": worst, "mean": mean} for dt, (worst, mean) in logprobs.items()
+        },
         "per_step": rows,
     }
     (args.out / "two_engines.json").write_text(json.dumps(report, indent=1))
@@ -501,7 +541,8 @@ def main() -> None:
             f"{r['high']:+.3f}); held-out avg@4 {h.get('before', float('nan')):.3f} -> "
             f"{h.get('after', float('nan')):.3f}"
         )
-    print(f"step 1 log-probs, verl vs TRL forward: max |diff| {worst:.2e}, mean {mean:.2e}")
+    for dt, (worst, mean) in logprobs.items():
+        print(f"step 1 log-probs, verl vs a {dt} forward: max |diff| {worst:.2e}, mean {mean:.2e}")
     keys = (
         "reward_mismatches", "advantage_max_abs_diff", "conspo_label_mismatches",
         "conspo_margin_diff", "conspo_scale_diff",
