@@ -104,6 +104,16 @@ class HFGenerator:
         """The loop: one completion per row, ``batch_size`` rows per ``generate`` call;
         torch seeded with ``seed`` before each call, or not at all (None: the caller
         seeded the stream once)."""
+        # Scoring samples the model as it is, not as training leaves it: dropout off (a
+        # trainer hands over its model in training mode), the caller's mode restored.
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._sample_rows_in_eval(rows, seed=seed)
+        finally:
+            self.model.train(was_training)
+
+    def _sample_rows_in_eval(self, rows: list[str], *, seed: int | None) -> list[str]:
         out: list[str] = []
         device = next(self.model.parameters()).device
         # top_k=0: sample from the whole nucleus, not generate's default top 50.

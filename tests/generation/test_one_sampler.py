@@ -143,3 +143,23 @@ def test_sampling_is_softmax_and_multinomial_from_the_seed(tiny, temperature):
     assert torch.equal(torch.get_rng_state(), before)
     other = [gen.generate([prompt], seed=s)[0] for s in range(12, 16)]
     assert any(o != want for o in other)  # another seed, other draws: the seed is used
+
+
+def test_scoring_samples_with_dropout_off_and_gives_the_model_back_in_its_mode():
+    """Held-out scoring in ``train`` gets the model in training mode, where dropout would
+    change what it writes. Every forward of the sampling must run in eval mode (a hook
+    records the mode of each), the draws must be the eval-mode argmax, and the model
+    must come back in training mode."""
+    tok = build_char_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, mlp=64, max_positions=64, seed=3)
+    model.eval()
+    prompts = ["5+9+3=", "1+2+3+4="]
+    want = [by_hand(model, tok, p, 10, lambda lg: int(lg.argmax(-1))) for p in prompts]
+    modes: list[bool] = []
+    model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    model.train()
+    gen = HFGenerator(model, tok, max_new_tokens=10, temperature=0.0, top_p=1.0,
+                      batch_size=1, chat=False)  # fmt: skip
+    assert gen.generate(prompts, seed=0) == want
+    assert modes and not any(modes)  # every forward of generate in eval mode
+    assert model.training
