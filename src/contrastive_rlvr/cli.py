@@ -224,6 +224,8 @@ def train(
     signal = summary.get("learning_signal") or {}
     for name, message in (signal.get("causes") or {}).items():
         typer.echo(f"warning ({name}): {message}")
+    for name, message in (signal.get("held_earlier") or {}).items():
+        typer.echo(f"warning ({name}, held earlier in the run, not over all of it): {message}")
     if signal.get("learned_nothing"):
         typer.echo(
             f"the run learned nothing: {signal['learned_nothing']} (--no_learning_signal "

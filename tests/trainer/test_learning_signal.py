@@ -86,6 +86,24 @@ def test_most_completions_truncated():
     assert "truncated" not in m2.current_causes(_args())
 
 
+def test_a_cause_warned_early_that_stops_holding_stays_in_the_summary(caplog):
+    """The GSM8K first run: 62% of step 1's completions cut (warned), 12% of step 2's, so
+    over the run not most: the summary keeps the warning under ``held_earlier``."""
+    m = _monitor()
+    state = SimpleNamespace(is_world_process_zero=True)
+    args = _args(max_completion_length=1024)
+    with caplog.at_level(logging.WARNING):
+        m.on_log(args, state, None, logs={"reward": 0.0, "completions/clipped_ratio": 0.625})
+        m.on_log(args, state, None, logs={"reward": 0.0, "completions/clipped_ratio": 0.125})
+    summary = m.summary(args)
+    assert "truncated" not in summary["causes"]  # (0.625 + 0.125) / 2 = 37.5%: not most
+    assert summary["held_earlier"]["truncated"].startswith(
+        "most completions were cut at max_completion_length=1024: 62% over 1 logged step"
+    )
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("62% over 1 logged step" in w for w in warned)
+
+
 def test_no_parseable_answer_names_the_formats_and_the_fix():
     reward = MathVerifyReward(workers=1)
     m = _monitor([reward], ["math_verify"])

@@ -270,12 +270,18 @@ class LearningSignal(TrainerCallback):
         return None
 
     def summary(self, args: Any) -> dict[str, Any]:
-        """What ``summary.json`` records: every cause that held (name -> message; the
-        warm-up's from the start) and ``learned_nothing`` (a message, or None)."""
+        """What ``summary.json`` records: every cause that holds over the whole run (name
+        -> message; the warm-up's from the start), ``held_earlier``: those warned during
+        the run that no longer hold over all of it (the message of their warning), and
+        ``learned_nothing`` (a message, or None)."""
         causes = {k: v for k, v in self.causes.items() if k == "warmup"}
         causes.update(self.current_causes(args))
+        # What was warned during the run and no longer holds over all of it (a first step
+        # cut short, answers unread until a later step): kept, as the warning said it.
+        earlier = {k: v for k, v in self.causes.items() if k not in causes}
         return {
             "causes": causes,
+            "held_earlier": earlier,
             "learned_nothing": self.learned_nothing(),
             "logged_steps": self.totals.steps,
         }
