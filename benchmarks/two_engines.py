@@ -443,6 +443,19 @@ def rise(per_step: list[float], window: int) -> dict[str, float]:
     return {"first": m0, "last": m1, "diff": m1 - m0, "low": m1 - m0 - half, "high": m1 - m0 + half}
 
 
+def trend(per_step: list[float]) -> dict[str, float]:
+    """The least-squares slope of the training reward over the steps, as the change over
+    the whole run, with a 95% interval (the steps' residuals as independent)."""
+    n = len(per_step)
+    xs = range(1, n + 1)
+    mx, my = (n + 1) / 2, sum(per_step) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, per_step, strict=True)) / sxx
+    resid = [y - my - slope * (x - mx) for x, y in zip(xs, per_step, strict=True)]
+    se = math.sqrt(sum(r * r for r in resid) / max(n - 2, 1) / sxx)
+    return {"change": slope * n, "low": (slope - 1.96 * se) * n, "high": (slope + 1.96 * se) * n}
+
+
 def trl_curve(run: Path) -> list[float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["reward"] for r in records if "reward" in r and "step" in r]
@@ -521,12 +534,17 @@ def main() -> None:
         "bicc": args.bicc,
         "trl": {
             "reward": rise(trl_curve(run_trl), args.window),
+            "trend": trend(trl_curve(run_trl)),
             "heldout": {
                 "before": summary["heldout_avg@n_before"],
                 "after": summary["heldout_avg@n_after"],
             },
         },
-        "verl": {"reward": rise(verl_curve, args.window), "heldout": verl_heldout(verl_metrics)},
+        "verl": {
+            "reward": rise(verl_curve, args.window),
+            "trend": trend(verl_curve),
+            "heldout": verl_heldout(verl_metrics),
+        },
         "step1_logprob_abs_diff": {
             dt: {"max": worst, "mean": mean} for dt, (worst, mean) in logprobs.items()
         },
@@ -540,6 +558,11 @@ def main() -> None:
             f"{args.window} {r['last']:.3f} (diff {r['diff']:+.3f}, 95% CI {r['low']:+.3f} to "
             f"{r['high']:+.3f}); held-out avg@4 {h.get('before', float('nan')):.3f} -> "
             f"{h.get('after', float('nan')):.3f}"
+        )
+        t = report[engine]["trend"]
+        print(
+            f"{engine:4s} training reward trend over the run {t['change']:+.3f} (95% CI "
+            f"{t['low']:+.3f} to {t['high']:+.3f})"
         )
     for dt, (worst, mean) in logprobs.items():
         print(f"step 1 log-probs, verl vs a {dt} forward: max |diff| {worst:.2e}, mean {mean:.2e}")
