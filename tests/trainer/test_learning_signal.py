@@ -86,6 +86,14 @@ def test_most_completions_truncated():
     assert "truncated" not in m2.current_causes(_args())
 
 
+def test_a_one_step_run_inside_its_warm_up_says_the_rate_stays_at_0():
+    # paper.yaml's warmup_steps 0.0333 of max_steps=1 rounds up to 1 step: lr * 0 / 1
+    args = SimpleNamespace(lr_scheduler_type="cosine", learning_rate=1e-6, warmup_steps=0.0333,
+                           get_warmup_steps=lambda n: 1)  # fmt: skip
+    message = warmup_problem(args, 1)
+    assert "is 1 step of max_steps=1, so the learning rate stays at 0 and never" in message
+
+
 def test_a_cause_warned_early_that_stops_holding_stays_in_the_summary(caplog):
     """The GSM8K first run: 62% of step 1's completions cut (warned), 12% of step 2's, so
     over the run not most: the summary keeps the warning under ``held_earlier``."""

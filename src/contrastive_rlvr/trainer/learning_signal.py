@@ -53,10 +53,11 @@ def warmup_problem(args: Any, max_steps: int) -> str | None:
     lr = args.learning_rate
     # Linear warm-up: step k (0-based) runs at lr * k / warmup; the last at (max - 1)/warmup.
     last = lr * (max_steps - 1) / warmup
+    course = f"rises from 0 to {last:.2g}" if last > 0 else "stays at 0"
     return (
         f"the learning-rate warm-up lasts the whole run: warmup_steps={args.warmup_steps:g} "
-        f"is {warmup} steps of max_steps={max_steps}, so the learning rate rises from 0 "
-        f"to {last:.2g} and never reaches learning_rate={lr:g}; set --warmup_steps 0, or "
+        f"is {_steps(warmup, 'step')} of max_steps={max_steps}, so the learning rate "
+        f"{course} and never reaches learning_rate={lr:g}; set --warmup_steps 0, or "
         "a ratio below 1 (--warmup_steps 0.03: 3% of the run)"
     )
 
@@ -301,5 +302,5 @@ def _number(logs: Mapping[str, Any], *keys: str) -> float | None:
     return None
 
 
-def _steps(n: int) -> str:
-    return f"{n} logged step{'s' if n != 1 else ''}"
+def _steps(n: int, unit: str = "logged step") -> str:
+    return f"{n} {unit}{'s' if n != 1 else ''}"
