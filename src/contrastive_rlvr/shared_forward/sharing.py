@@ -253,6 +253,17 @@ class PromptSharing:
 WIDTH_SAMPLE = 512
 
 
+def prompt_length(tokenizer: Any, prompt: Any) -> int:
+    """Tokens of one dataset prompt as the trainer renders it: chat messages through the
+    tokenizer's template with the generation header, text as it is."""
+    if isinstance(prompt, list):  # chat messages
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    else:
+        ids = tokenizer(prompt)["input_ids"]
+    return len(ids)
+
+
 def reachable_width(
     cfg,
     prompts: list,
@@ -270,15 +281,7 @@ def reachable_width(
     if not prompts or tokenizer is None:
         return None
 
-    def length(prompt: Any) -> int:
-        if isinstance(prompt, list):  # chat messages
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
-            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        else:
-            ids = tokenizer(prompt)["input_ids"]
-        return len(ids)
-
-    longest = max(length(p) for p in prompts[:WIDTH_SAMPLE])
+    longest = max(prompt_length(tokenizer, p) for p in prompts[:WIDTH_SAMPLE])
     context = 0
     if cfg.bicc:
         context = context_budget(

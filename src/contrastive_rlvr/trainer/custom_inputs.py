@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..shared_forward.sharing import prompt_length
 from .config import RLVRConfig
 from .guards import guard_reward
 from .heldout import heldout_evaluator, heldout_reward_index
@@ -153,15 +154,7 @@ def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts
     if not isinstance(positions, int) or not prompts:
         return
 
-    def length(prompt: Any) -> int:
-        if isinstance(prompt, list):  # chat messages
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
-            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        else:
-            ids = tokenizer(prompt)["input_ids"]
-        return len(ids)
-
-    longest = max(length(p) for p in prompts)
+    longest = max(prompt_length(tokenizer, p) for p in prompts)
     if longest + config.max_completion_length > positions:
         raise UserError(
             f"dataset={config.dataset!r}: its longest prompt is {longest} tokens, which with "
