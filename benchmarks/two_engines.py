@@ -520,6 +520,16 @@ def main() -> None:
         (args.out / "verl" / "dumps").glob("step_*[0-9].pt"),
         key=lambda p: int(p.stem.split("_")[1]),
     )
+    # A run that stopped short (an epoch limit, a crash after a checkpoint) must not be
+    # reported as the run asked for.
+    counts = {
+        "TRL steps logged": len(trl_curve(run_trl)),
+        "verl steps logged": sum("critic/score/mean" in m for m in verl_metrics.values()),
+        "verl batches saved": len(dumps),
+    }
+    short = {what: n for what, n in counts.items() if n != args.steps}
+    if short:
+        sys.exit(f"expected {args.steps} steps on both engines, found {short}: see {args.out}")
     verl_conspo_targets(dumps)
     import torch
 
