@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_utils import cli, one_line
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.trainer import parse
@@ -29,20 +30,6 @@ def _pipe(text: str) -> str:
     os.write(write, text.encode())
     os.close(write)
     return f"/dev/fd/{read}"
-
-
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
 
 
 @pytest.fixture
@@ -71,7 +58,7 @@ def fake_runs(monkeypatch):
 
 def test_compare_reads_a_piped_config_once_for_every_run(tmp_path, fake_runs):
     out = tmp_path / "c"
-    result = _cli(["compare", "--config", _pipe(CONFIG), "--recipes", "grpo", "--arms",
+    result = cli(["compare", "--config", _pipe(CONFIG), "--recipes", "grpo", "--arms",
                    "plain,bicc", "--seeds", "0,1", "--out", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
     # every run the user's learning rate (the built-in default, 1e-6, after the first read)
@@ -88,7 +75,7 @@ def test_a_fifo_without_a_writer_is_one_line_after_the_timeout(tmp_path, monkeyp
     monkeypatch.setenv("CONTRASTIVE_RLVR_PIPE_WAIT_S", "0.5")
     fifo = tmp_path / "config.fifo"
     os.mkfifo(fifo)
-    _one_line(_cli(["train", "--config", str(fifo)]), 2, "nothing wrote to for 0.5 s")
+    one_line(cli(["train", "--config", str(fifo)]), 2, "nothing wrote to for 0.5 s")
     # with a writer that takes its time, the whole text arrives
     monkeypatch.setenv("CONTRASTIVE_RLVR_PIPE_WAIT_S", "30")
 
@@ -108,7 +95,7 @@ def test_an_alias_bomb_in_train_config_is_refused_before_expansion(tmp_path):
     config = tmp_path / "bomb.yaml"
     assert len(BOMB) < 500
     config.write_text(BOMB + "model: embedded\nrewards: *l6\n")
-    _one_line(_cli(["train", "--config", str(config)]), 2,
+    one_line(cli(["train", "--config", str(config)]), 2,
               "expand to more than 100000 values")  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import cli, one_line
 from safetensors.torch import load_file
 from trainer_utils import save_tiny_model
 
@@ -360,20 +361,6 @@ def guarded(monkeypatch):
     monkeypatch.setattr(models, "load_model_and_tokenizer", _no_model)
 
 
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
-
-
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -386,7 +373,7 @@ def _one_line(result, code: int, message: str) -> None:
 def test_yaml_mistakes_are_one_line_before_any_model(text, message, tmp_path, guarded):
     config = tmp_path / "c.yaml"
     config.write_text(text)
-    _one_line(_cli(["train", "--config", str(config)]), 2, message)
+    one_line(cli(["train", "--config", str(config)]), 2, message)
 
 
 def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
@@ -438,12 +425,12 @@ def test_too_few_rows_for_one_step_refused_before_the_model(custom, guarded, tmp
     args = _custom_args(
         custom, "--per_device_train_batch_size", "32", "--output_dir", str(tmp_path)
     )
-    _one_line(_cli(args), 2, "fewer than the 8 distinct prompts one generation batch needs")
+    one_line(cli(args), 2, "fewer than the 8 distinct prompts one generation batch needs")
 
 
 def test_report_to_a_missing_integration_refused_before_the_model(custom, guarded, tmp_path):
     args = _custom_args(custom, "--report_to", "wandb", "--output_dir", str(tmp_path))
-    _one_line(_cli(args), 2, "wandb is not installed")
+    one_line(cli(args), 2, "wandb is not installed")
 
 
 def test_prompts_longer_than_the_models_positions_refused(custom, tmp_path):
@@ -451,7 +438,7 @@ def test_prompts_longer_than_the_models_positions_refused(custom, tmp_path):
     args = _custom_args(
         custom, "--dataset", str(root / "long.jsonl"), "--output_dir", str(tmp_path)
     )
-    _one_line(_cli(args), 2, "needs more than the model's")
+    one_line(cli(args), 2, "needs more than the model's")
 
 
 def test_eval_of_truncated_weights_is_one_line_before_loading(custom, guarded, tmp_path):
@@ -460,7 +447,7 @@ def test_eval_of_truncated_weights_is_one_line_before_loading(custom, guarded, t
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     args = ["eval", "--model", str(model), "--benchmarks", "gsm8k", "--n", "1", "--limit", "1"]
-    _one_line(_cli([*args, "--output-dir", str(tmp_path / "e")]), 2, "its weights are not whole")
+    one_line(cli([*args, "--output-dir", str(tmp_path / "e")]), 2, "its weights are not whole")
 
 
 def _subprocess_env(**extra: str) -> dict[str, str]:
@@ -612,5 +599,5 @@ def test_a_run_whose_rewards_are_all_none_fails_with_one_line(custom, tmp_path):
     )
     args = _custom_args(custom, "--rewards", f"{reward}:nothing", "--max_steps", "2")
     args += ["--eval_n", "1", "--eval_limit", "1", "--output_dir", str(tmp_path / "o")]
-    _one_line(_cli(args), 1, "no completion of the 2 steps was scored")
+    one_line(cli(args), 1, "no completion of the 2 steps was scored")
     assert "error" in json.loads((tmp_path / "o" / "summary.json").read_text())

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_utils import one_line
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
@@ -62,23 +63,17 @@ def fifo(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
-
-
 def test_train_config_fifo_with_no_writer_is_one_line(fifo, tmp_path):
     with _Rescuer(fifo):
         result = CliRunner().invoke(app, ["train", "--config", str(fifo)])
-    _one_line(result, 2, f"config file {fifo} is a pipe (FIFO) that nothing wrote to for 1 s")
+    one_line(result, 2, f"config file {fifo} is a pipe (FIFO) that nothing wrote to for 1 s")
 
 
 def test_compare_config_fifo_with_no_writer_is_one_line(fifo, tmp_path):
     with _Rescuer(fifo):
         args = ["compare", "--config", str(fifo), "--out", str(tmp_path / "o"), "--seeds", "0"]
         result = CliRunner().invoke(app, args)
-    _one_line(result, 2, "is a pipe (FIFO) that nothing wrote to for 1 s")
+    one_line(result, 2, "is a pipe (FIFO) that nothing wrote to for 1 s")
     assert not (tmp_path / "o").exists()
 
 

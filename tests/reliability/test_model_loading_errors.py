@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import cli, one_line
 from safetensors.torch import load_file, save_file
 from trainer_utils import save_tiny_model
 
@@ -19,20 +20,6 @@ from contrastive_rlvr import models
 from contrastive_rlvr.models import load_model_and_tokenizer
 from contrastive_rlvr.trainer.model_options import model_load_kwargs
 from contrastive_rlvr.trainer.parse import parse_config
-
-
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +66,7 @@ def test_missing_or_truncated_weights_are_one_line_before_loading(
         weights.unlink()
     else:
         weights.write_bytes(weights.read_bytes()[:64])  # a copy cut short
-    _one_line(_cli(_train(root, model, tmp_path / "o")), 2, message)
+    one_line(cli(_train(root, model, tmp_path / "o")), 2, message)
 
 
 def test_nan_weights_are_one_line_naming_the_tensor(root, tmp_path):
@@ -89,13 +76,13 @@ def test_nan_weights_are_one_line_naming_the_tensor(root, tmp_path):
     name = sorted(tensors)[0]
     tensors[name].view(-1)[:3] = torch.tensor([float("nan"), float("inf"), 0.5])
     save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
-    result = _cli(_train(root, model, tmp_path / "o"))
-    _one_line(result, 2, f"its weight {name} holds 2 NaN or infinite value(s)")
+    result = cli(_train(root, model, tmp_path / "o"))
+    one_line(result, 2, f"its weight {name} holds 2 NaN or infinite value(s)")
 
 
 def test_an_unknown_model_init_kwarg_is_one_line(root, tmp_path):
     args = _train(root, root / "model", tmp_path / "o", "--model_init_kwargs", '{"junk": 1}')
-    _one_line(_cli(args), 2, "model_init_kwargs: 'junk' is neither an option of from_pretrained")
+    one_line(cli(args), 2, "model_init_kwargs: 'junk' is neither an option of from_pretrained")
 
 
 CONFIG_CODE = """from transformers import LlamaConfig

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_utils import cli, one_line
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.trainer.output_plan import plan_output_dir
@@ -24,20 +25,6 @@ USER_FILES = {
     "config.json": '{"model_type": "mine"}\n',
     "tokenizer.json": '{"version": "mine"}\n',
 }
-
-
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
 
 
 def _no_model(*args, **kwargs):
@@ -67,8 +54,8 @@ def _unchanged(path: Path) -> None:
 
 def test_a_folder_of_the_users_files_is_refused_before_any_model(tmp_path, guarded):
     out = _user_folder(tmp_path / "mine")
-    result = _cli(["train", "--output_dir", str(out), "--max_steps", "1"])
-    _one_line(result, 2, "holds files no run of this project wrote (README.md, config.json, "
+    result = cli(["train", "--output_dir", str(out), "--max_steps", "1"])
+    one_line(result, 2, "holds files no run of this project wrote (README.md, config.json, "
                          "tokenizer.json)")  # fmt: skip
     _unchanged(out)
     assert sorted(p.name for p in out.iterdir()) == sorted(USER_FILES)  # no config.yaml either
@@ -104,9 +91,9 @@ def test_the_models_own_folder_is_refused_even_with_overwrite(tmp_path, guarded)
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = ["train", "--model", str(model), "--dataset", str(data), "--rewards", "format",
             "--output_dir", str(model), "--overwrite_output_dir", "true"]  # fmt: skip
-    _one_line(_cli(args), 2, "is the folder of model=")
+    one_line(cli(args), 2, "is the folder of model=")
     # the same folder spelled another way (a trailing slash, a relative part)
-    _one_line(_cli([*args[:-3], f"{model}/../model/", *args[-2:]]), 2, "is the folder of model=")
+    one_line(cli([*args[:-3], f"{model}/../model/", *args[-2:]]), 2, "is the folder of model=")
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
 
 

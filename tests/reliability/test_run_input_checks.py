@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import cli, one_line
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.embedded import load_char_tokenizer
@@ -24,20 +25,6 @@ STRICT_TEMPLATE = (
     "{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
 )
 SECRET = "hf_secretTOKEN0123456789"
-
-
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
-def _one_line(result, code: int, message: str) -> None:
-    assert result.exit_code == code, result.output
-    assert message in result.output, result.output
-    assert result.output.count("error:") == 1 and "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +66,7 @@ def guarded(monkeypatch):
     ],
 )
 def test_generation_kwargs_that_would_be_ignored_are_refused(tmp_path, guarded, value, message):
-    _one_line(_cli(["train", "--generation_kwargs", value, "--output_dir", str(tmp_path)]), 2,
+    one_line(cli(["train", "--generation_kwargs", value, "--output_dir", str(tmp_path)]), 2,
               message)  # fmt: skip
 
 
@@ -91,14 +78,14 @@ def test_known_generation_kwargs_pass(tmp_path):
 
 def test_a_split_name_on_a_local_file_is_refused(root, tmp_path, guarded):
     args = _train(root, tmp_path / "o", "--dataset_train_split", "test")
-    _one_line(_cli(args), 2, "dataset_train_split='test' names a split, but")
+    one_line(cli(args), 2, "dataset_train_split='test' names a split, but")
 
 
 @pytest.mark.parametrize("prefix", ["Try {n}: ", "Try {index: ", "Try {0}: "])
 def test_a_bicc_item_prefix_with_another_field_is_refused(tmp_path, guarded, prefix):
-    result = _cli(["train", "--bicc", "true", "--bicc_item_prefix", prefix,
+    result = cli(["train", "--bicc", "true", "--bicc_item_prefix", prefix,
                    "--output_dir", str(tmp_path)])  # fmt: skip
-    _one_line(result, 2, f"bicc_item_prefix={prefix!r} is invalid")
+    one_line(result, 2, f"bicc_item_prefix={prefix!r} is invalid")
     assert "it may use {index}" in result.output
 
 
@@ -120,7 +107,7 @@ def test_a_chat_role_refused_on_a_late_row_is_named_before_training(root, tmp_pa
 
     monkeypatch.setattr(run_module, "RLVRTrainer", no_training)
     args = _train(root, tmp_path / "o", "--dataset", str(data), model=model)
-    _one_line(_cli(args), 2, "row 2050 (id 2049, roles tool, user): the model's chat template "
+    one_line(cli(args), 2, "row 2050 (id 2049, roles tool, user): the model's chat template "
                              "refuses it (unknown role tool)")  # fmt: skip
 
 
@@ -138,7 +125,7 @@ class _RunsCode:
 def two_step_run(root, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("run") / "o"
     args = _train(root, out, "--max_steps", "2", "--save_steps", "1", "--hub_token", SECRET)
-    result = _cli(args)
+    result = cli(args)
     assert result.exit_code == 0, result.output
     return out
 
@@ -161,9 +148,9 @@ def test_a_checkpoint_file_that_would_run_code_is_refused_in_one_line(two_step_r
     (run / "summary.json").unlink()
     marker = tmp_path / "code-ran"
     torch.save({"state": _RunsCode(marker)}, run / "checkpoint-1" / "optimizer.pt")
-    result = _cli([*_train(root, run, "--max_steps", "2", "--save_steps", "1", "--hub_token",
+    result = cli([*_train(root, run, "--max_steps", "2", "--save_steps", "1", "--hub_token",
                            SECRET), "--resume", "true"])  # fmt: skip
-    _one_line(result, 2, "checkpoint-1 holds a file the safe loader refuses (optimizer.pt: ")
+    one_line(result, 2, "checkpoint-1 holds a file the safe loader refuses (optimizer.pt: ")
     assert "weights_only" not in result.output and "system" in result.output
     assert not marker.exists()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_utils import cli
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.rewards import deadline
@@ -134,14 +135,6 @@ def custom(tmp_path_factory) -> dict[str, Path]:
     return {"root": root, "model": root / "model"}
 
 
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
-
-
 def _train_args(custom, reward: str, *extra: str) -> list[str]:
     root = custom["root"]
     return [
@@ -156,7 +149,7 @@ def _train_args(custom, reward: str, *extra: str) -> list[str]:
 def test_a_run_whose_reward_blocks_forever_stops_with_one_line(custom, tmp_path):
     reward = f"{custom['root'] / 'rewards.py'}:blocks_in_training"
     args = _train_args(custom, reward, "--reward_timeout", "1", "--output_dir", str(tmp_path))
-    result = _cli(args)
+    result = cli(args)
     assert result.exit_code == 2, result.output
     assert (
         "error: reward function 'blocks_in_training' did not return within reward_timeout=1 s"
@@ -178,7 +171,7 @@ def test_a_reward_that_changes_directory_does_not_move_the_output_folder(
         + REWARDS_SRC.replace('os.environ["ELSEWHERE"]', repr(str(elsewhere)))
     )
     monkeypatch.chdir(tmp_path / "work")
-    result = _cli(_train_args(custom, f"{reward_file}:moves", "--output_dir", "run"))
+    result = cli(_train_args(custom, f"{reward_file}:moves", "--output_dir", "run"))
     assert result.exit_code == 0, result.output
     assert Path.cwd() == tmp_path / "work"
     assert (tmp_path / "work" / "run" / "summary.json").exists()

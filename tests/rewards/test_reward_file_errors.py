@@ -8,6 +8,7 @@ import json
 import pickle
 
 import pytest
+from cli_utils import cli
 
 from contrastive_rlvr.rewards import resolve_reward
 
@@ -24,14 +25,6 @@ def pooled(prompts, completions, **kwargs):
     with ProcessPoolExecutor(2, mp_context=context) as pool:
         return list(pool.map(_score, completions))
 """
-
-
-def _cli(args: list[str]):
-    from typer.testing import CliRunner
-
-    from contrastive_rlvr.cli import app
-
-    return CliRunner().invoke(app, args)
 
 
 @pytest.fixture
@@ -66,7 +59,7 @@ def test_a_reward_file_that_fails_to_import_is_one_line(tmp_path, guarded, sourc
     (tmp_path / "m" / "model.safetensors").write_bytes(b"\x02" + b"\0" * 7 + b"{}")
     rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(8)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = _cli(["train", "--model", str(tmp_path / "m"), "--dataset",
+    result = cli(["train", "--model", str(tmp_path / "m"), "--dataset",
                    str(tmp_path / "d.jsonl"), "--rewards", f"{reward}:f", "--heldout_size", "1",
                    "--output_dir", str(tmp_path / "o")])  # fmt: skip
     assert result.exit_code == 2, result.output
