@@ -3,7 +3,9 @@ that gives mixed groups whatever the model says, and a config factory."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
@@ -22,6 +24,28 @@ def save_tiny_model(path: Path) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def tiny_model_and_data(root: Path) -> Path:
+    """``root/model`` (:func:`save_tiny_model`) and ``root/d.jsonl``: 8 rows ``i+i=``
+    with their answers, the smallest custom run's inputs; returns ``root``."""
+    save_tiny_model(root / "model")
+    rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(8)]
+    (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def forbid_model_loading(monkeypatch: Any, why: str) -> None:
+    """Make any model load fail the test with ``why``: the input checks under test must
+    refuse before a model is loaded."""
+    import contrastive_rlvr.models as models
+    import contrastive_rlvr.trainer.run as run_module
+
+    def no_model(*a, **k):
+        raise AssertionError(why)
+
+    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", no_model)
 
 
 def prompt_dataset(n: int = 16) -> Dataset:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_utils import cli, one_line
 from safetensors.torch import load_file, save_file
-from trainer_utils import save_tiny_model
+from trainer_utils import forbid_model_loading, tiny_model_and_data
 
 from contrastive_rlvr import models
 from contrastive_rlvr.models import load_model_and_tokenizer
@@ -24,11 +24,7 @@ from contrastive_rlvr.trainer.parse import parse_config
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("models")
-    save_tiny_model(root / "model")
-    rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(8)]
-    (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
+    return tiny_model_and_data(tmp_path_factory.mktemp("models"))
 
 
 def _train(root: Path, model: Path, out: Path, *extra: str) -> list[str]:
@@ -40,13 +36,7 @@ def _train(root: Path, model: Path, out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture
 def guarded(monkeypatch):
-    import contrastive_rlvr.trainer.run as run_module
-
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded before its files were checked")
-
-    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
-    monkeypatch.setattr(models, "load_model_and_tokenizer", no_model)
+    forbid_model_loading(monkeypatch, "a model was loaded before its files were checked")
 
 
 @pytest.mark.parametrize(

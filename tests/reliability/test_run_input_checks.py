@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_utils import cli, one_line
-from trainer_utils import save_tiny_model
+from trainer_utils import forbid_model_loading, tiny_model_and_data
 
 from contrastive_rlvr.embedded import load_char_tokenizer
 from contrastive_rlvr.trainer.parse import parse_config
@@ -29,11 +29,7 @@ SECRET = "hf_secretTOKEN0123456789"
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("inputs")
-    save_tiny_model(root / "model")
-    rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(8)]
-    (root / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
+    return tiny_model_and_data(tmp_path_factory.mktemp("inputs"))
 
 
 def _train(root: Path, out: Path, *extra: str, model: Path | None = None) -> list[str]:
@@ -46,14 +42,7 @@ def _train(root: Path, out: Path, *extra: str, model: Path | None = None) -> lis
 
 @pytest.fixture
 def guarded(monkeypatch):
-    import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run_module
-
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded before the input was checked")
-
-    monkeypatch.setattr(run_module, "load_run_inputs", no_model)
-    monkeypatch.setattr(models, "load_model_and_tokenizer", no_model)
+    forbid_model_loading(monkeypatch, "a model was loaded before the input was checked")
 
 
 @pytest.mark.parametrize(
