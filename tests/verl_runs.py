@@ -159,3 +159,21 @@ def kill_session(sid: int) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
         except (OSError, ValueError, IndexError):
             continue
+
+
+def compose_recipe(name: str) -> Any:
+    """A shipped verl recipe composed as ``main_ppo`` composes it (Hydra, verl's defaults)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name=name)
+
+
+def with_overrides(cfg: Any, **dotted: Any) -> Any:
+    """A copy of ``cfg`` with each dotted key set (as ``key=value`` on the command line)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
+    for key, value in dotted.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return cfg

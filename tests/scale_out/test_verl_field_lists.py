@@ -11,18 +11,16 @@ same way, so these tests fail on that mistake. Needs verl (the Makefile's .venv-
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verl")
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from tensordict import TensorDict
 from verl.trainer.ppo.v1 import trainer_base
 from verl_fakes import FakeTQ
+from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.integrations.verl import transfer
 from contrastive_rlvr.integrations.verl.config import CrlvrPolicyLossConfig
@@ -30,7 +28,6 @@ from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer
 
 torch.set_num_threads(1)
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "verl"
 EOS, PAD = 99, 0
 # what verl's actor update reads of every row (verl/workers/utils/losses.py, ppo_loss)
 UPDATE_FIELDS = ["input_ids", "prompts", "responses", "response_mask", "old_log_probs"]
@@ -38,15 +35,7 @@ UPDATE_FIELDS = ["input_ids", "prompts", "responses", "response_mask", "old_log_
 
 @pytest.fixture(scope="module")
 def recipes():
-    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-        return {name: compose(config_name=name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
-
-
-def configured(cfg, **dotted):
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-    for key, value in dotted.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    return cfg
+    return {name: compose_recipe(name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
 
 
 class Tokenizer:
@@ -156,7 +145,7 @@ S = math.sqrt(0.5) + 1e-4  # the unbiased std of (1, 0) plus TRL's eps 1e-4
 def test_compute_advantage_hands_the_workers_a_meta_that_lists_the_advantages(
     recipes, monkeypatch, estimator, recipe, loss_mode, expected_g
 ):
-    cfg = configured(
+    cfg = with_overrides(
         recipes[recipe],
         **{"actor_rollout_ref.rollout.n": 2, "algorithm.adv_estimator": estimator},
     )
@@ -179,7 +168,7 @@ def test_compute_advantage_hands_the_workers_a_meta_that_lists_the_advantages(
 
 
 def test_verls_own_estimators_keep_verls_path(recipes, monkeypatch):
-    cfg = configured(recipes["grpo_bicc_rcc"], **{"algorithm.adv_estimator": "grpo"})
+    cfg = with_overrides(recipes["grpo_bicc_rcc"], **{"algorithm.adv_estimator": "grpo"})
     trainer, store = trainer_on(cfg, monkeypatch, group_rows())
     sentinel = object()
     monkeypatch.setattr(trainer_base.PPOTrainer, "_compute_advantage", lambda s, b, m: sentinel)
@@ -194,7 +183,7 @@ def test_advantages_then_bicc_update_reach_the_worker_and_the_plain_rows_come_ba
     recipes, monkeypatch, ratio
 ):
     """The step's last two hooks in verl's order, each handed what the previous returned."""
-    cfg = configured(
+    cfg = with_overrides(
         recipes["grpo_bicc_rcc"],
         **{
             "actor_rollout_ref.rollout.n": 2,
@@ -271,7 +260,7 @@ def test_rcc_baseline_shift_and_conspo_margin_are_logged(recipes, monkeypatch):
         n = len(rows[key]["responses"])
         rows[key]["old_log_probs"] = torch.full((n,), old)
         rows[key]["ref_log_prob"] = torch.full((n,), old - shift)
-    cfg = configured(recipes["grpo_bicc_rcc"], **{"actor_rollout_ref.rollout.n": 2})
+    cfg = with_overrides(recipes["grpo_bicc_rcc"], **{"actor_rollout_ref.rollout.n": 2})
     trainer, store = trainer_on(cfg, monkeypatch, rows)
     metrics = {}
     trainer._compute_advantage(before_advantages(store, list(rows)), metrics)
@@ -282,7 +271,7 @@ def test_rcc_baseline_shift_and_conspo_margin_are_logged(recipes, monkeypatch):
     assert metrics["crlvr/rcc/baseline_shift_max_abs"] == pytest.approx(0.2, abs=1e-6)
     assert metrics["crlvr/rcc/delta_mean"] == pytest.approx(0.0, abs=1e-6)
 
-    cfg = configured(recipes["conspo_rcc"], **{"actor_rollout_ref.rollout.n": 2})
+    cfg = with_overrides(recipes["conspo_rcc"], **{"actor_rollout_ref.rollout.n": 2})
     trainer, store = trainer_on(
         cfg, monkeypatch, group_rows(), loss_mode="crlvr_conspo", conspo_warmup=0.3
     )

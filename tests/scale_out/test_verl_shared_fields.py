@@ -12,21 +12,17 @@ have carries one name, one default and one set of choices. Needs verl (.venv-ver
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verl")
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from verl.workers.config import PolicyLossConfig
+from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.integrations.verl.config import RENAMED, WHERE, CrlvrPolicyLossConfig
 from contrastive_rlvr.integrations.verl.settings import check_settings
 from contrastive_rlvr.method_options import SHARED_GROUPS, literal_fields
-
-RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "verl"
 
 
 def default_of(f: dataclasses.Field) -> object:
@@ -140,10 +136,7 @@ def test_an_old_name_is_refused_in_one_line_naming_the_new(old, new):
 
 @pytest.mark.parametrize(("old", "new"), [("tau", "conspo_tau"), ("threshold", "reward_threshold")])
 def test_an_old_name_in_a_verl_recipe_stops_the_trainer_in_one_line(old, new):
-    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-        cfg = compose(config_name="conspo_rcc")
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-    OmegaConf.update(cfg, f"{WHERE}{old}", 0.5, merge=False)
+    cfg = with_overrides(compose_recipe("conspo_rcc"), **{f"{WHERE}{old}": 0.5})
     with pytest.raises(ValueError) as caught:
         check_settings(cfg)
     assert (

@@ -7,7 +7,6 @@ TransferQueue is replaced by an in-memory store holding the same nested
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,13 +14,12 @@ import pytest
 pytest.importorskip("verl")
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.trainer.ppo.v1 import trainer_base
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl_fakes import FakeTQ
+from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.algorithms import BiCCTemplate
 from contrastive_rlvr.integrations.verl import bicc_hooks, settings, transfer
@@ -30,22 +28,13 @@ from contrastive_rlvr.integrations.verl.trainer import CrlvrTrainer, check_setti
 
 torch.set_num_threads(1)
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "verl"
 EOS, PAD = 99, 0
 VERL_POLICY_LOSS_CONFIG = "verl.workers.config.PolicyLossConfig"
 
 
 @pytest.fixture(scope="module")
 def recipes():
-    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-        return {name: compose(config_name=name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
-
-
-def with_overrides(cfg, **dotted):
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-    for key, value in dotted.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    return cfg
+    return {name: compose_recipe(name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
 
 
 # ----------------------------------------------------------------------------- recipes
