@@ -299,12 +299,15 @@ def trl_on_verl_batch(stages, d: dict, order: list[int]) -> dict[str, Any]:
 
     from contrastive_rlvr.trainer.stages.base import Batch, StageContext
 
-    pick = lambda rows: [rows[i] for i in order]  # noqa: E731
+    def pick(rows: list) -> list:
+        return [rows[i] for i in order]
+
     mask = _padded(pick(d["response_mask"])).long()
     old = _padded(pick(d["old_log_probs"]))  # in the dtype verl computed them in
     ref = _padded(pick(d["ref_log_prob"]))
     rewards = torch.stack([r.float().sum() for r in pick(d["rm_scores"])])
     prompts = _padded(pick(d["prompts"]))
+    # The ids only give the passes their shapes: the passes answer with verl's log-probs.
     data = {
         "prompt_ids": prompts,
         "prompt_mask": torch.ones_like(prompts),
