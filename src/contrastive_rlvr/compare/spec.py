@@ -175,11 +175,15 @@ def unkeyed_fields() -> frozenset[str]:
 
 def run_settings(config_fields: dict) -> dict:
     """The settings a run's result depends on: its resolved config less
-    :func:`unkeyed_fields`, normalised through YAML as ``config.yaml`` is written."""
+    :func:`unkeyed_fields` and the options of a method that is off, normalised through
+    YAML as ``config.yaml`` is written."""
     import yaml
 
+    from ..trainer.config_compare import without_inactive_options
+
     unkeyed = unkeyed_fields()
-    kept = {k: v for k, v in config_fields.items() if k not in unkeyed}
+    active = without_inactive_options(config_fields)
+    kept = {k: v for k, v in active.items() if k not in unkeyed}
     return yaml.safe_load(yaml.safe_dump(kept, sort_keys=True)) or {}
 
 

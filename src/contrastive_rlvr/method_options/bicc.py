@@ -22,6 +22,13 @@ from .checks import check, check_choices
 _TEMPLATE = BiCCTemplate()
 #: The reference of the conditioned share's KL term (``bicc_kl_reference``).
 KLReference = Literal["conditioned", "plain"]
+#: What BiCC trains (``bicc_form``): the conditioned distribution (the paper) or the plain
+#: prompt's, from the conditioned model as a teacher.
+BiCCForm = Literal["conditioned", "distill"]
+#: Which rows the conditioned teacher teaches (``bicc_distill_rows``).
+DistillRows = Literal["wrong", "both"]
+#: The teacher's weights (``bicc_teacher``).
+Teacher = Literal["sampling", "reference"]
 
 
 def _ratio_mode_help() -> str:
@@ -42,6 +49,77 @@ class BiCCFields:
     opposite-outcome completions."""
 
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
+    bicc_form: BiCCForm = field(
+        default="conditioned",
+        metadata={
+            "help": "'conditioned': the loss reads each completion after its group's opposite "
+            "attempts (the paper: trains pi(.|[q;O_opp]) only); 'distill': the loss is the "
+            "recipe's on the plain prompt plus a sampled-token reverse KL towards the "
+            "conditioned model as a stop-gradient teacher, so the gradient trains the policy "
+            "that samples (docs/bicc.md, 'Does BiCC reach the policy that samples?')."
+        },
+    )
+    bicc_distill_weight: float = field(
+        default=0.5,
+        metadata={
+            "help": "bicc_form=distill: the loss is (1 - w) x the recipe's loss + w x the "
+            "distillation term (TRL SDPO's distillation_weight), w in [0, 1]."
+        },
+    )
+    bicc_distill_rows: DistillRows = field(
+        default="wrong",
+        metadata={
+            "help": "bicc_form=distill: which rows are taught: 'wrong' (a wrong completion by "
+            "the model that read the group's correct attempts, SDPO's direction) or 'both'."
+        },
+    )
+    bicc_teacher: Teacher = field(
+        default="sampling",
+        metadata={
+            "help": "bicc_form=distill: the teacher's weights: 'sampling' (the policy that "
+            "sampled the batch, i.e. the live model at scoring time) or 'reference' (the "
+            "frozen start model; loads a reference copy). An EMA teacher is not offered."
+        },
+    )
+    bicc_distill_is_clip: float | None = field(
+        default=2.0,
+        metadata={
+            "help": "bicc_form=distill: upper bound of the importance weight pi_theta/pi_old "
+            "on the distillation term off policy (SDPO's distillation_is_clip; 1 on policy). "
+            "None: no weight."
+        },
+    )
+    bicc_distill_max_gap: float | None = field(
+        default=None,
+        metadata={
+            "help": "bicc_form=distill: bound on |log pi_theta - log pi_teacher| per token "
+            "(None: unbounded, as SDPO)."
+        },
+    )
+    bicc_distill_center: bool = field(
+        default=False,
+        metadata={
+            "help": "bicc_form=distill: subtract each row's mean teacher-student gap from its "
+            "tokens' gaps, so a context that lowers every token alike (a teacher that does not "
+            "read the attempts) teaches nothing (this project's option)."
+        },
+    )
+    bicc_transfer_every: int = field(
+        default=10,
+        metadata={
+            "help": "Every this many optimizer steps (and at the first), log bicc/transfer_cos: "
+            "the cosine between the gradient the run applies and plain GRPO's on the plain "
+            "prompt, same micro-batch and advantages. Costs one extra backward and one plain "
+            "forward and backward on that micro-batch. 0: off."
+        },
+    )
+    bicc_transfer_warn: float = field(
+        default=0.2,
+        metadata={
+            "help": "Warn once when bicc/transfer_cos stays below this for 3 probes in a row: "
+            "the update is not reaching the policy that samples."
+        },
+    )
     bicc_ratio_mode: BiCCRatioMode | None = field(
         default=None, metadata={"help": _ratio_mode_help()}
     )
@@ -149,6 +227,38 @@ class BiCCFields:
             "plain prompt)",
         )
         check(0.0 <= self.bicc_mix <= 1.0, where + "bicc_mix", self.bicc_mix, "must be in [0, 1]")
+        check(
+            0.0 <= self.bicc_distill_weight <= 1.0,
+            where + "bicc_distill_weight",
+            self.bicc_distill_weight,
+            "must be in [0, 1]",
+        )
+        for name in ("bicc_distill_is_clip", "bicc_distill_max_gap"):
+            value = getattr(self, name)
+            check(value is None or value > 0, where + name, value, "must be positive (or unset)")
+        check(
+            self.bicc_transfer_every >= 0,
+            where + "bicc_transfer_every",
+            self.bicc_transfer_every,
+            "must be >= 0 (0: off)",
+        )
+        if self.bicc and self.bicc_form == "distill":
+            # The conditioned-loss options mean nothing here: set by hand, they would be
+            # silently ignored, so they are refused.
+            check(
+                self.bicc_mix == 1.0,
+                where + "bicc_mix",
+                self.bicc_mix,
+                "is read only with bicc_form=conditioned; with bicc_form=distill use "
+                "bicc_distill_weight",
+            )
+            check(
+                self.bicc_ratio_mode is None,
+                where + "bicc_ratio_mode",
+                self.bicc_ratio_mode,
+                "is read only with bicc_form=conditioned (the distill form's loss reads the "
+                "plain prompt); leave it unset",
+            )
         check(
             0.0 < self.bicc_context_ratio < 1.0,
             where + "bicc_context_ratio",

@@ -30,6 +30,22 @@ NON_TRAINING_FIELDS = frozenset(
 )  # fmt: skip
 
 
+#: A method's switch and the prefix of its options: with the switch off, the options
+#: change nothing that is trained, so runs that differ only there train the same (a plain
+#: arm made beside one BiCC form is the plain arm of another).
+METHOD_OPTION_PREFIXES = {"bicc": "bicc_"}
+
+
+def without_inactive_options(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` less the options of every method whose switch is off in it. BiCC's
+    options stay when the embedded reading warm start is on
+    (``embedded_sft_context_frac`` > 0): its SFT lays the contexts out with them."""
+    off = [prefix for switch, prefix in METHOD_OPTION_PREFIXES.items() if not values.get(switch)]
+    if values.get("embedded_sft_context_frac"):
+        off = [prefix for prefix in off if prefix != "bicc_"]
+    return {k: v for k, v in values.items() if not any(k.startswith(p) for p in off)}
+
+
 def _normalised(values: dict[str, Any]) -> dict[str, Any]:
     # Through YAML, as config.yaml was written, so tuples and lists compare equal.
     return yaml.safe_load(yaml.safe_dump(values, sort_keys=True)) or {}
@@ -72,6 +88,8 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     :data:`NON_TRAINING_FIELDS` for the ones ignored). A field the saved config lacks (it
     was made before the field existed) is no difference while it is at its default."""
     saved, current = _normalised(saved), _normalised(current)
+    if not saved.get("bicc") and not current.get("bicc"):
+        saved, current = without_inactive_options(saved), without_inactive_options(current)
     names = sorted((set(saved) | set(current)) - NON_TRAINING_FIELDS)
     missing = object()
     out = []

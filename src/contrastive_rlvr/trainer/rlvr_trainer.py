@@ -33,7 +33,7 @@ from .config import RLVRConfig
 from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
-from .loss import LossContext, build_loss
+from .loss import LossContext, TransferProbe, build_loss
 from .model_card import ProjectModelCard, load_named_model, record_base_model
 from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
@@ -68,6 +68,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         self.recipe = effective_recipe(config)
         self.loss = build_loss(config, self.recipe, self.model)
         self.loss_name = self.loss.name
+        self.transfer_probe = TransferProbe.from_config(config)
         self.nonfinite_losses, self.skipped_updates, self._nonfinite_pending = 0, 0, False
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
@@ -285,6 +286,8 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
             aux_loss = torch.stack(self._aux_losses).mean()
             loss = loss + self.router_aux_loss_coef * aux_loss / accum
             self._log(mode, "aux_loss", self.accelerator.gather_for_metrics(aux_loss).mean())
+        if mode == "train":  # BiCC's transfer measure, on the steps it probes
+            self.transfer_probe(model, loss, inputs, ctx, self.state.global_step, self._log)
         if not torch.isfinite(loss):
             self.nonfinite_losses += 1
             self._nonfinite_pending = True

@@ -105,6 +105,13 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
         self.check_conspo_fields(WHERE)
         self.check_rcc_fields(WHERE)
         self.check_bicc_fields(WHERE)
+        if self.bicc and self.bicc_form == "distill":
+            raise ValueError(
+                f"{WHERE}bicc_form='distill' is not supported on verl yet: its teacher "
+                "log-probs would have to reach verl's policy-loss call, which takes no extra "
+                "per-token input; use bicc_form='conditioned' here, or the TRL path "
+                "(contrastive-rlvr train --bicc_form distill)"
+            )
         if self.bicc_ratio_mode is None:
             # Resolved once here so that every reader (driver and workers) sees one mode;
             # verl's configs are frozen after __init__.

@@ -48,6 +48,7 @@ class BiCCOptions(BiCCFields):
 
     def resolve_bicc_defaults(self) -> None:
         """An unset ``bicc_ratio_mode`` takes the recipe's default; a value the user set is
-        kept (``config.yaml`` records the resolved one either way)."""
-        if self.bicc_ratio_mode is None:
+        kept (``config.yaml`` records the resolved one either way). The distill form reads
+        no ratio mode: it stays unset."""
+        if self.bicc_ratio_mode is None and self.bicc_form != "distill":
             self.bicc_ratio_mode = default_bicc_ratio_mode(self.recipe)

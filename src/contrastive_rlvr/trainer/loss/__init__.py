@@ -38,6 +38,7 @@ from .corrections import (
     rcc_advantages_of,
 )
 from .objectives import ContrastiveObjective, PolicyObjective, oc_options, reco_options
+from .transfer import TransferProbe
 
 __all__ = [
     "RCC_REFERENCE_KEY",
@@ -51,6 +52,7 @@ __all__ = [
     "PolicyObjective",
     "SamplingCorrection",
     "TRLLoss",
+    "TransferProbe",
     "_policy_objective",
     "_vocab_size",
     "build_loss",

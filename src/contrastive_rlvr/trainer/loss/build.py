@@ -113,7 +113,11 @@ class TRLLoss:
         # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
         self.logps = PolicyLogps(conditioned=conditioned)
 
-    def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
+    def __call__(
+        self, model, inputs: dict, ctx: LossContext, *, watch=None
+    ) -> tuple[torch.Tensor, Metrics]:
+        """``watch(logp)``: called with the policy forward's log-probs (B, T), with
+        gradient (BiCC's distill form adds its term through them)."""
         inputs = dict(inputs)  # the micro-batch stays as the stages left it
         if self.conditioned:
             ids, mask = self.logps.keys
@@ -125,6 +129,8 @@ class TRLLoss:
         mask = "bicc_mask_sampling_shift" in inputs
 
         def on_logps(logp: torch.Tensor) -> None:
+            if watch is not None:
+                watch(logp)
             if mask:
                 inputs["sampling_per_token_logps"] = mask_sampling_logps(inputs, logp)
             if rcc:
@@ -134,7 +140,7 @@ class TRLLoss:
                 )
                 metrics.update(self.rcc.metrics(inputs, delta, ctx.group_size))
 
-        hook = on_logps if rcc or mask else None
+        hook = on_logps if rcc or mask or watch is not None else None
         loss = ctx.trl_loss(model, inputs, conditioned=self.conditioned, on_logps=hook)
         return loss, metrics
 
@@ -179,8 +185,24 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:
             reference=cfg.rcc_reference,
             threshold=cfg.reward_threshold,
         )
-    # BiCC's conditioned_old ratio mode: the policy reads the plain prompt.
-    conditioned = cfg.bicc and cfg.bicc_ratio_mode != "conditioned_old"
+    # BiCC's conditioned_old ratio mode and its distill form: the policy reads the plain prompt.
+    distill = cfg.bicc and cfg.bicc_form == "distill"
+    conditioned = cfg.bicc and not distill and cfg.bicc_ratio_mode != "conditioned_old"
+    base = _base_loss(cfg, recipe, rcc, model, conditioned)
+    if not distill:
+        return base
+    from .distill import DistillLoss  # distill.py builds on this module's classes
+
+    return DistillLoss(
+        base,
+        weight=cfg.bicc_distill_weight,
+        is_clip=cfg.bicc_distill_is_clip,
+        max_gap=cfg.bicc_distill_max_gap,
+        center=cfg.bicc_distill_center,
+    )
+
+
+def _base_loss(cfg, recipe: Recipe, rcc, model: Any, conditioned: bool) -> Loss | TRLLoss:
     if uses_trl_loss(cfg):
         name = recipe.loss or cfg.recipe
         return TRLLoss(name, conditioned=conditioned, recipe=recipe, rcc=rcc, eps=cfg.adv_eps)
@@ -196,7 +218,7 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:
     else:
         objective = _policy_objective(cfg, recipe, rcc, _vocab_size(model))
     entropy = cfg.reco and cfg.reco_factor == "entropy"
-    if cfg.bicc and cfg.bicc_mix < 1.0:
+    if conditioned and cfg.bicc_mix < 1.0:
         return MixedLoss(objective, cfg.bicc_mix, entropy=entropy)
     return Loss(PolicyLogps(conditioned=conditioned), objective, entropy=entropy)
 

@@ -144,7 +144,7 @@ class ConditionedPrompts:
         out["bicc_prompt_mask"] = attn[:, attn.size(1) - keep :].to(device)
         ctx.log("bicc/context_tokens", built.context_tokens.float().mean())
         ctx.log("bicc/conditioned_frac", built.conditioned.float().mean())
-        self._set_ratio_logps(batch, ctx)
+        self._set_ratio_logps(batch, ctx, built.conditioned[rows])
         return batch
 
     def _chat_inputs(self, batch: Batch, ctx: StageContext) -> dict:
@@ -207,7 +207,9 @@ class ConditionedPrompts:
             )
             self._warned_empty = True
 
-    def _set_ratio_logps(self, batch: Batch, ctx: StageContext) -> None:
+    def _set_ratio_logps(self, batch: Batch, ctx: StageContext, conditioned_rows) -> None:
+        """The old / reference log-probs of the ratio mode (``conditioned_rows`` (B,) bool,
+        the local rows that got a context, is read by :class:`TeacherPrompts`)."""
         out = batch.data
         conditioned = (
             out["bicc_prompt_ids"],

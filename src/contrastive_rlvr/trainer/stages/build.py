@@ -19,6 +19,7 @@ from .advantages import Advantages
 from .base import Pipeline
 from .batch_diagnostics import BatchDiagnostics
 from .bicc import ConditionedPrompts
+from .bicc_teacher import TeacherPrompts
 from .dynamic_sampling import DynamicSampling
 from .hinted_round import HintedRound
 from .logprobs import LogProbPasses
@@ -32,7 +33,13 @@ logger = logging.getLogger(__name__)
 
 def needs_reference(cfg) -> bool:
     """A frozen reference is needed for KL, for RCC's delta and for the delta diagnostics."""
-    return cfg.beta > 0 or (cfg.rcc and cfg.rcc_reference == "reference") or cfg.log_delta
+    teacher = cfg.bicc and cfg.bicc_form == "distill" and cfg.bicc_teacher == "reference"
+    return (
+        cfg.beta > 0
+        or (cfg.rcc and cfg.rcc_reference == "reference")
+        or cfg.log_delta
+        or teacher
+    )
 
 
 @dataclass
@@ -210,9 +217,7 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:
     tokenizer = facts.tokenizer
     template = cfg.bicc_template.encode(template_encoder(tokenizer), max_items=facts.group_size)
     strip = {t for t in (*facts.eos_token_ids, tokenizer.pad_token_id) if t is not None}
-    return ConditionedPrompts(
-        template,
-        ratio_mode=cfg.bicc_ratio_mode,
+    shared = dict(
         context_ratio=cfg.bicc_context_ratio,
         max_seq_len=cfg.bicc_max_seq_len,
         max_completion_length=cfg.max_completion_length,
@@ -220,15 +225,30 @@ def _conditioned_prompts(cfg, facts: RunFacts) -> ConditionedPrompts:
         placement=cfg.bicc_placement,
         threshold=cfg.reward_threshold,
         strip_token_ids=strip,
+        framing=cfg.bicc_framing_budget,
+        pairing=cfg.bicc_pairing,
+        render_chat=facts.render_chat
+        or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
+    )
+    if cfg.bicc_form == "distill":
+        # The loss reads the plain prompt: its old / reference log-probs stay TRL's.
+        return TeacherPrompts(
+            template,
+            teacher=cfg.bicc_teacher,
+            taught=cfg.bicc_distill_rows,
+            keep_plain=False,
+            reference_kl=False,
+            **shared,
+        )
+    return ConditionedPrompts(
+        template,
+        ratio_mode=cfg.bicc_ratio_mode,
         # The plain pi_old: the mix's plain share, and RCC's sampling delta (the plain shift).
         keep_plain=cfg.bicc_mix < 1.0 or (cfg.rcc and cfg.rcc_reference == "sampling"),
         # conditioned_old: the policy reads the plain prompt, so does its KL term.
         reference_kl=cfg.bicc_kl_reference == "conditioned"
         and cfg.beta > 0
         and cfg.bicc_ratio_mode != "conditioned_old",
-        framing=cfg.bicc_framing_budget,
-        pairing=cfg.bicc_pairing,
         off_policy_mask=cfg.off_policy_mask_threshold is not None,
-        render_chat=facts.render_chat
-        or tokenizer_chat_renderer(tokenizer, getattr(cfg, "chat_template_kwargs", None)),
+        **shared,
     )
