@@ -52,3 +52,16 @@ def test_a_ratio_the_user_sets_wins(mode):
         assert (
             CrlvrPolicyLossConfig(loss_mode=loss_mode, bicc_ratio_mode=mode).bicc_ratio_mode == mode
         )
+
+
+def test_the_distill_form_is_refused_on_verl_in_one_line():
+    # Its teacher log-probs cannot reach verl's policy-loss call (docs/bicc.md).
+    with pytest.raises(ValueError, match="bicc_form='distill' is not supported on verl") as err:
+        CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_form="distill")
+    assert "\n" not in str(err.value)
+
+
+def test_the_transfer_probe_is_said_to_be_trl_only(caplog):
+    with caplog.at_level("WARNING"):
+        CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True)
+    assert any("measured on the TRL path only" in r.getMessage() for r in caplog.records)

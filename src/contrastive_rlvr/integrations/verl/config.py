@@ -18,6 +18,7 @@ path's ``RLVRConfig`` inherits the same ones).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ from verl.workers.config import PolicyLossConfig
 
 from ...algorithms.bicc_defaults import default_bicc_ratio_mode
 from ...method_options import AdvantageFields, BiCCFields, ConSPOFields, RCCFields
+
+logger = logging.getLogger(__name__)
 
 LOSS_PREFIX = "crlvr_"
 #: Where the fields sit in a verl config; errors name a field by its full path.
@@ -111,6 +114,14 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
                 "log-probs would have to reach verl's policy-loss call, which takes no extra "
                 "per-token input; use bicc_form='conditioned' here, or the TRL path "
                 "(contrastive-rlvr train --bicc_form distill)"
+            )
+        if self.bicc and self.bicc_transfer_every:
+            logger.warning(
+                "%sbicc_transfer_every=%d: bicc/transfer_cos is measured on the TRL path only; "
+                "verl's actor update does not log it (measure the same recipe with "
+                "`contrastive-rlvr premise` or a short TRL run, docs/bicc.md)",
+                WHERE,
+                self.bicc_transfer_every,
             )
         if self.bicc_ratio_mode is None:
             # Resolved once here so that every reader (driver and workers) sees one mode;
