@@ -144,6 +144,8 @@ def test_a_model_that_reads_the_context_as_bicc_assumes_shows_the_premise():
         (2 * 4 + 2 * 4 + 1 * 5 + 3 * 3 + 1 * 5 + 3 * 3) / 12
     )
     assert "PREMISE SHOWN" in format_table(result)
+    # The verdict answers which form to run: the distill form where the premise holds.
+    assert "--bicc_form distill" in format_table(result)
 
 
 def test_a_model_that_reads_the_context_backwards_is_reversed():
@@ -169,6 +171,7 @@ def test_a_model_that_ignores_the_context_shows_nothing():
         cell = result.per_token[q]
         assert (cell["mean"], cell["low"], cell["high"]) == pytest.approx((0, 0, 0), abs=1e-5)
     assert result.verdict == NOT_SHOWN
+    assert "run: plain GRPO (--bicc false)" in format_table(result)
 
 
 def test_same_sign_control_subtracts_what_the_own_side_does():

@@ -43,6 +43,21 @@ MEANINGS = {
 }
 
 
+#: Which BiCC form, if any, to run on this model, by verdict (the evidence:
+#: docs/results/bicc-forms, docs/bicc.md "Does BiCC reach the policy that samples?").
+ADVICE = {
+    SHOWN: "run: plain GRPO against --bicc true --bicc_form distill (the conditioned model as "
+    "a teacher for the plain prompt) with `contrastive-rlvr compare`; the paper's "
+    "conditioned form (--bicc_form conditioned --bicc_mix 1) did not reach the sampling "
+    "policy in any run measured (bicc/transfer_cos about 0)",
+    NOT_SHOWN: "run: plain GRPO (--bicc false). No BiCC form beat it where the premise did "
+    "not hold; the least costly measured, --bicc_mix 0.5, still lost points",
+    REVERSED: "run: plain GRPO (--bicc false); every BiCC form would learn from a context "
+    "that points the wrong way",
+    UNDETERMINED: "run: nothing decided yet; measure again with more problems",
+}
+
+
 def format_table(result: PremiseResult, title: str = "") -> str:
     """The printed report: per-token and per-sequence tables and the verdict."""
     lines = [title] if title else []
@@ -65,6 +80,7 @@ def format_table(result: PremiseResult, title: str = "") -> str:
             lines.append(f"  {LABELS[q]:<{width}}  {_cell(table.get(q), digits)}")
     lines.append(f"\nverdict (net per token): {result.verdict.upper()}")
     lines.append(f"  {MEANINGS[result.verdict]}")
+    lines.append(f"  {ADVICE[result.verdict]}")
     return "\n".join(lines)
 
 
