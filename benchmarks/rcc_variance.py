@@ -422,8 +422,11 @@ def model_study(args) -> dict:
             log_w = (lp_pol - lp_q) * mask  # GRPO's token ratio pi_theta / q
             lengths = mask.sum(1)
             base = lp_pol if regime == "from_ref" else lp_old
-            d_frozen = ((base - lp_ref) * mask).sum(1) / lengths
-            d_sampling = log_w.sum(1) / lengths
+            # RCC's delta: the per-token mean (rcc_delta='mean', the default) or the sequence
+            # log-ratio the paper writes ('sum'), as --delta says.
+            per = lengths if args.delta == "mean" else torch.ones_like(lengths)
+            d_frozen = ((base - lp_ref) * mask).sum(1) / per
+            d_sampling = log_w.sum(1) / per
             h = row_gradients(policy, pids, comps, torch.exp(log_w))
             entry = {
                 "acc": float(r.mean()),
@@ -543,6 +546,12 @@ def main() -> None:
     m.add_argument("--groups", type=int, default=48, help="groups per prompt")
     m.add_argument("--max-new", type=int, default=None, help="default: the task's budget")
     m.add_argument("--bootstrap", type=int, default=300)
+    m.add_argument(
+        "--delta",
+        choices=("mean", "sum"),
+        default="mean",
+        help="RCC delta: per-token mean (the default rcc_delta) or the sequence sum (the paper)",
+    )
     m.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)

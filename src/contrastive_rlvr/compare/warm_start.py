@@ -27,6 +27,7 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
         "model": cfg.model,
         "seed": seed,
         "embedded_terms": cfg.embedded_terms,
+        **({"embedded_hidden_ops": True} if cfg.embedded_hidden_ops else {}),
         "embedded_sft_steps": cfg.embedded_sft_steps,
         "embedded_sft_context_frac": cfg.embedded_sft_context_frac,
         **({"embedded_bicc_phrases": True} if cfg.embedded_bicc_phrases else {}),

@@ -58,7 +58,15 @@ ERROR_DELTAS = (-10, -1, 1, 10)
 
 _INT = r"-?\d+"
 _STEP = re.compile(rf"^\s*({_INT})\s*([-+*])\s*({_INT})\s*=\s*({_INT})\s*$")
-_PROMPT = re.compile(r"^\d+(?:[-+]\d+)+=$")
+_PROMPT = re.compile(r"^\d+(?:[-+?]\d+)+=$")
+#: What a hidden operator shows in the prompt (``TaskConfig.hidden_ops``).
+HIDDEN = "?"
+
+
+def rule_op(operand: int) -> str:
+    """The hidden-operator task's rule: the operator before an operand is ``+`` when the
+    operand is even, ``-`` when it is odd (``5?4?3=`` is ``5+4-3``)."""
+    return "+" if operand % 2 == 0 else "-"
 
 
 def _apply(a: int, op: str, b: int) -> int:
@@ -75,6 +83,7 @@ class Problem:
 
     operands: tuple[int, ...]
     ops: tuple[str, ...]
+    hidden: bool = False
 
     def __post_init__(self) -> None:
         if len(self.operands) < 3:
@@ -84,13 +93,15 @@ class Problem:
         bad = [op for op in self.ops if op not in TASK_OPS]
         if bad:
             raise ValueError(f"ops must be among {TASK_OPS!r}, got {bad}")
+        if self.hidden and self.ops != tuple(rule_op(x) for x in self.operands[1:]):
+            raise ValueError(f"a hidden-operator problem's ops follow rule_op: {self}")
 
     @property
     def prompt(self) -> str:
-        """``5+9+3=``."""
+        """``5+9+3=``; with ``hidden``, ``5?9?3=``."""
         text = str(self.operands[0])
         for op, x in zip(self.ops, self.operands[1:], strict=True):
-            text += f"{op}{x}"
+            text += f"{HIDDEN if self.hidden else op}{x}"
         return text + "="
 
     def partial_values(self) -> list[int]:
@@ -126,8 +137,13 @@ def parse_prompt(prompt: str) -> Problem:
     text = prompt.strip()
     if not _PROMPT.match(text):
         raise ValueError(f"not an arithmetic-chain prompt: {prompt!r} (expected e.g. '5+9+3=')")
-    tokens = re.findall(r"\d+|[-+]", text[:-1])
-    return Problem(tuple(int(t) for t in tokens[0::2]), tuple(tokens[1::2]))
+    tokens = re.findall(r"\d+|[-+?]", text[:-1])
+    operands, ops = tuple(int(t) for t in tokens[0::2]), tuple(tokens[1::2])
+    if HIDDEN not in ops:
+        return Problem(operands, ops)
+    if any(op != HIDDEN for op in ops):
+        raise ValueError(f"a prompt hides all of its operators or none: {prompt!r}")
+    return Problem(operands, tuple(rule_op(x) for x in operands[1:]), hidden=True)
 
 
 def _completion_text(completion: object) -> str:
@@ -215,6 +231,12 @@ class TaskConfig:
         train_size: problems in the train split; None = every problem not held
             out (only when the space has at most ``ENUMERATE_LIMIT`` problems).
         seed: the split (and sampling, for large spaces) depends only on this.
+        hidden_ops: the hidden-operator task (docs/bicc.md, "A task where the premise
+            holds"): each operator is :func:`rule_op` of the operand after it and the prompt
+            shows ``?`` in its place (``5?4?3=`` is ``5+4-3``); ``ops`` is ignored (both are
+            used). The warm start's demonstrator does not know the rule (it draws each
+            operator at random, :func:`noisy_solution`), so the plain prompt leaves the
+            model guessing while the group's correct attempts show which operators hold.
     """
 
     terms: int = 3
@@ -223,6 +245,7 @@ class TaskConfig:
     heldout_size: int = 200
     train_size: int | None = None
     seed: int = 0
+    hidden_ops: bool = False
 
     def __post_init__(self) -> None:
         if self.terms < 3:
@@ -256,11 +279,18 @@ class TaskConfig:
     @property
     def space_size(self) -> int:
         """Number of distinct problems."""
-        return (self.max_operand + 1) ** self.terms * len(self.ops) ** (self.terms - 1)
+        choices = 1 if self.hidden_ops else len(self.ops) ** (self.terms - 1)
+        return (self.max_operand + 1) ** self.terms * choices
+
+
+def _hidden(operands: tuple[int, ...]) -> Problem:
+    return Problem(operands, tuple(rule_op(x) for x in operands[1:]), hidden=True)
 
 
 def _all_problems(cfg: TaskConfig) -> list[Problem]:
     digits = range(cfg.max_operand + 1)
+    if cfg.hidden_ops:
+        return [_hidden(o) for o in itertools.product(digits, repeat=cfg.terms)]
     return [
         Problem(operands, ops)
         for operands in itertools.product(digits, repeat=cfg.terms)
@@ -270,6 +300,8 @@ def _all_problems(cfg: TaskConfig) -> list[Problem]:
 
 def _random_problem(cfg: TaskConfig, rng: random.Random) -> Problem:
     operands = tuple(rng.randint(0, cfg.max_operand) for _ in range(cfg.terms))
+    if cfg.hidden_ops:
+        return _hidden(operands)
     return Problem(operands, tuple(rng.choice(cfg.ops) for _ in range(cfg.terms - 1)))
 
 
@@ -318,9 +350,15 @@ def make_datasets(cfg: TaskConfig | None = None) -> tuple[Dataset, Dataset]:
 def noisy_solution(problem: Problem, rng: random.Random, error_rate: float) -> str:
     """A demonstration: the reference chain, or with probability ``error_rate`` one
     step's result off by one of ``ERROR_DELTAS`` (the step chosen uniformly;
-    later steps carry the error on), never negative for ``+``-only problems."""
+    later steps carry the error on), never negative for ``+``-only problems. For a
+    hidden-operator problem the chain is worked with operators drawn at random (the
+    demonstrator does not know :func:`rule_op`)."""
     if not 0.0 <= error_rate <= 1.0:
         raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
+    if problem.hidden:
+        # The demonstrator does not know the rule: each operator is a coin flip.
+        guessed = tuple(rng.choice(TASK_OPS) for _ in problem.ops)
+        problem = Problem(problem.operands, guessed)
     if rng.random() >= error_rate:
         return problem.solution
     step = rng.randrange(len(problem.ops) - 1)

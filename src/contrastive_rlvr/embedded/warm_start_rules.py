@@ -42,7 +42,9 @@ def embedded_sft_context_budget(config: Any) -> dict:
     the embedded model's positions; with ``bicc_framing_budget='outside'`` the positions
     cap the whole context (``context_room``). WarmStartConfig's ``context_*`` fields."""
     tokenizer = build_char_tokenizer(bicc_phrases() if config.embedded_bicc_phrases else ())
-    train, _ = make_datasets(TaskConfig(terms=config.embedded_terms))
+    train, _ = make_datasets(
+        TaskConfig(terms=config.embedded_terms, hidden_ops=config.embedded_hidden_ops)
+    )
     longest = max(len(ids) for ids in tokenizer(list(train["prompt"][:1000]))["input_ids"])
     inside = config.bicc_framing_budget == "inside"
     budget = context_budget(
@@ -78,6 +80,7 @@ def warn_if_other_warm_start(config: Any, sft_dir: Path) -> None:
     built = {
         "seed": record.get("seed"),
         "embedded_terms": record.get("task", {}).get("terms"),
+        "embedded_hidden_ops": record.get("task", {}).get("hidden_ops", False),
         "embedded_sft_context_frac": record.get("sft", {}).get("context_frac", 0.0),
         "embedded_sft_context_target": record.get("sft", {}).get("context_target", "avoid"),
         "embedded_sft_context_attempts": record.get("sft", {}).get(
@@ -88,6 +91,7 @@ def warn_if_other_warm_start(config: Any, sft_dir: Path) -> None:
     wanted = {
         "seed": config.seed,
         "embedded_terms": config.embedded_terms,
+        "embedded_hidden_ops": config.embedded_hidden_ops,
         "embedded_sft_context_frac": config.embedded_sft_context_frac,
         "embedded_sft_context_target": config.embedded_sft_context_target,
         "embedded_sft_context_attempts": config.embedded_sft_context_attempts,

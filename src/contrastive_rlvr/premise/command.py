@@ -121,6 +121,7 @@ def run_premise(
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids, template_encoder
     from ..errors import UserError
     from ..trainer.run import load_run_inputs
+    from .transfer import start_transfer
 
     check_options(problems, control, config)
     echo(
@@ -221,6 +222,13 @@ def run_premise(
         budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
         control=control,
         log=echo,
+    )
+    result.transfer = start_transfer(
+        model,
+        groups,
+        cond,
+        budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
+        taught=config.bicc_distill_rows,
     )
     truncated = sum(not (c and c[-1] in end_ids) for g in groups for c in g.completions)
     result.settings = {

@@ -272,6 +272,8 @@ class PremiseResult:
     mean_context_tokens: float = 0.0
     verdict: str = UNDETERMINED
     settings: dict = field(default_factory=dict)
+    #: ``bicc/transfer_cos`` at the start weights per BiCC form (premise/transfer.py).
+    transfer: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -285,6 +287,7 @@ class PremiseResult:
             "per_token": self.per_token,
             "per_sequence": self.per_sequence,
             "settings": self.settings,
+            "transfer_cos_at_start": self.transfer,
             "per_problem": self.per_problem,
         }
 

@@ -78,10 +78,21 @@ def format_table(result: PremiseResult, title: str = "") -> str:
         width = max(len(v) for v in LABELS.values())
         for q in QUANTITIES:
             lines.append(f"  {LABELS[q]:<{width}}  {_cell(table.get(q), digits)}")
+    if result.transfer is not None:
+        t = result.transfer
+        lines.append(
+            f"\nbicc/transfer_cos at the start weights ({t['groups']} groups; cosine with plain "
+            f"GRPO's gradient on the plain prompt): conditioned form {_num(t['conditioned'])}, "
+            f"distill form {_num(t['distill'])}"
+        )
     lines.append(f"\nverdict (net per token): {result.verdict.upper()}")
     lines.append(f"  {MEANINGS[result.verdict]}")
     lines.append(f"  {ADVICE[result.verdict]}")
     return "\n".join(lines)
+
+
+def _num(value: float) -> str:
+    return "n/a (a zero gradient)" if value != value else f"{value:+.3f}"
 
 
 def dump(result: PremiseResult) -> str:

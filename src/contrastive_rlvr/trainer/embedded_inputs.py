@@ -48,7 +48,7 @@ def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
         warn_if_other_warm_start,
     )
 
-    task = TaskConfig(terms=config.embedded_terms)
+    task = TaskConfig(terms=config.embedded_terms, hidden_ops=config.embedded_hidden_ops)
     sft_dir = out / SFT_DIR
     problems = warm_start_problems(sft_dir) if sft_dir.exists() else ["absent"]
     if problems != ["absent"] and problems:

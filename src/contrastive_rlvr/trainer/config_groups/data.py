@@ -242,6 +242,15 @@ class DataOptions:
             "4 or more: longer chains)."
         },
     )
+    embedded_hidden_ops: bool = field(
+        default=False,
+        metadata={
+            "help": "Embedded task: the hidden-operator variant ('5?4?3=' is 5+4-3: each '?' is "
+            "'+' before an even operand, '-' before an odd one), whose warm start does not know "
+            "the rule: the group's correct attempts show what the prompt hides (docs/bicc.md, "
+            "'A task where the premise holds')."
+        },
+    )
     embedded_sft_steps: int | None = field(
         default=None,
         metadata={"help": "Embedded default: SFT warm-start steps (None: its default; 0: none)."},
