@@ -35,10 +35,7 @@ def needs_reference(cfg) -> bool:
     """A frozen reference is needed for KL, for RCC's delta and for the delta diagnostics."""
     teacher = cfg.bicc and cfg.bicc_form == "distill" and cfg.bicc_teacher == "reference"
     return (
-        cfg.beta > 0
-        or (cfg.rcc and cfg.rcc_reference == "reference")
-        or cfg.log_delta
-        or teacher
+        cfg.beta > 0 or (cfg.rcc and cfg.rcc_reference == "reference") or cfg.log_delta or teacher
     )
 
 
