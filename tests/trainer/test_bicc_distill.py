@@ -191,6 +191,13 @@ def test_the_probe_warns_once_after_low_probes(caplog):
     warnings = [r for r in caplog.records if "not reaching the policy" in r.getMessage()]
     assert len(warnings) == 1 and "--bicc_form distill" in warnings[0].getMessage()
     assert PATIENCE == 3
+    # A distill run is told what to change in its own form.
+    caplog.clear()
+    probe = TransferProbe(every=1, threshold=0.2, distill=True)
+    with caplog.at_level(logging.WARNING):
+        for value in [0.0, 0.0, 0.0]:
+            probe._check(value)
+    assert "--bicc_distill_weight" in caplog.records[-1].getMessage()
 
 
 # ---------------------------------------------------------------- a tiny run

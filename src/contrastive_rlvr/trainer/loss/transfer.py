@@ -30,8 +30,8 @@ class TransferProbe:
     Cost on a probed step: one more backward through the applied loss's graph and one
     plain forward and backward on one micro-batch. Neither touches ``.grad``."""
 
-    def __init__(self, every: int, threshold: float) -> None:
-        self.every, self.threshold = every, threshold
+    def __init__(self, every: int, threshold: float, *, distill: bool = False) -> None:
+        self.every, self.threshold, self.distill = every, threshold, distill
         self.values: list[float] = []
         self._last_step: int | None = None
         self._low, self.warned = 0, False
@@ -39,7 +39,8 @@ class TransferProbe:
     @classmethod
     def from_config(cls, cfg) -> TransferProbe:
         """The run's probe: ``bicc_transfer_every`` with BiCC on, else never."""
-        return cls(cfg.bicc_transfer_every if cfg.bicc else 0, cfg.bicc_transfer_warn)
+        every = cfg.bicc_transfer_every if cfg.bicc else 0
+        return cls(every, cfg.bicc_transfer_warn, distill=cfg.bicc_form == "distill")
 
     def due(self, step: int, loss: torch.Tensor | None = None) -> bool:
         """Whether optimizer step ``step`` is probed (once, on its first micro-batch; never
@@ -84,15 +85,26 @@ class TransferProbe:
         self._low = self._low + 1 if value < self.threshold else 0
         if self._low >= PATIENCE and not self.warned:
             recent = ", ".join(f"{v:.2f}" for v in self.values[-PATIENCE:])
+            if self.distill:
+                what = (
+                    "the distillation term pulls the plain prompt away from the reward's "
+                    "direction (a teacher that does not read the attempts); lower "
+                    "--bicc_distill_weight, or --bicc false"
+                )
+            else:
+                what = (
+                    "the conditioned share trains pi(.|[q;O]) in a direction unrelated to the "
+                    "reward on q; run --bicc_form distill (the conditioned model as a teacher "
+                    "for the plain prompt), lower --bicc_mix, or --bicc false"
+                )
             logger.warning(
                 "BiCC: the update is not reaching the policy that samples: bicc/transfer_cos "
                 "(cosine with plain GRPO's gradient on the plain prompt) was %s over the last "
-                "%d probes, below %.2f. The conditioned share trains pi(.|[q;O]) in a direction "
-                "unrelated to the reward on q; run --bicc_form distill (the conditioned model "
-                "as a teacher for the plain prompt), lower --bicc_mix, or --bicc false "
-                "(docs/bicc.md, 'Does BiCC reach the policy that samples?')",
+                "%d probes, below %.2f. %s (docs/bicc.md, 'Does BiCC reach the policy that "
+                "samples?')",
                 recent,
                 PATIENCE,
                 self.threshold,
+                what,
             )
             self.warned = True
