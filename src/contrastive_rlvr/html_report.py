@@ -40,6 +40,8 @@ DIAGNOSTIC_KEYS = (
     "rcc/baseline_shift",
     "bicc/context_tokens",
     "bicc/conditioned_frac",
+    "bicc/transfer_cos",
+    "bicc/distill_gap",
     *CLIP_FRACTION_KEYS,
     "diag/grad_var_plain",
     "diag/grad_var_rcc",

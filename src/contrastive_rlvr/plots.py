@@ -315,6 +315,28 @@ def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
     return _finish(fig, out / f"cov_{file_part(recipe)}.png")
 
 
+def plot_transfer(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
+    """``bicc/transfer_cos`` per probed step, one line per arm (BiCC arms only; docs/bicc.md,
+    "Does BiCC reach the policy that samples?")."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = [
+        _plot_band(
+            ax, runs, "bicc/transfer_cos", arm, 1, f"{_label(recipe, arm)} ({_seeds_note(runs)})"
+        )
+        for arm, runs in arms.items()
+    ]
+    if not any(drawn):
+        plt.close(fig)
+        return None
+    ax.axhline(0, color="black", lw=0.7)
+    ax.axhline(1, color="grey", lw=0.5, ls="--")
+    ax.set(xlabel="step", ylabel="cosine with plain GRPO's gradient on the plain prompt")
+    ax.set_title(f"{_title(recipe)}: does the update reach the sampling policy?")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out / f"transfer_{file_part(recipe)}.png")
+
+
 def phase_deltas(runs: Sequence[Run]) -> dict[str, dict[str, np.ndarray]]:
     """Pooled deltas of correct and wrong completions in each phase of :data:`PHASES`.
 
@@ -482,7 +504,15 @@ def plot_runs(paths: Iterable[str | Path], out: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for recipe, arms in _groups(runs).items():
-        for make in (plot_curves, plot_cov, plot_deltas, plot_gradvar, plot_ratio_margin):
+        makers = (
+            plot_curves,
+            plot_cov,
+            plot_transfer,
+            plot_deltas,
+            plot_gradvar,
+            plot_ratio_margin,
+        )
+        for make in makers:
             try:
                 path = make(recipe, arms, out)
             except _READ_ERRORS as err:

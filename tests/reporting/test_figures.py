@@ -97,6 +97,20 @@ def test_gradvar_legend_is_the_ratio_of_means_with_its_interval(tmp_path):
     assert "1 seed: no interval" in one_text
     paths = plot_runs([tmp_path], tmp_path / "figs")
     assert tmp_path / "figs" / "gradvar_grpo.png" in paths
+    assert tmp_path / "figs" / "transfer_grpo.png" not in paths  # no BiCC run: no figure
+
+
+def test_the_transfer_figure_draws_the_bicc_runs_probes(tmp_path):
+    run = tmp_path / "b0"
+    run.mkdir()
+    summary = {"recipe": "grpo", "bicc": True, "rcc": False, "seed": 0, "steps": 3}
+    (run / "summary.json").write_text(json.dumps(summary))
+    lines = [{"step": 1, "reward": 0.5, "bicc/transfer_cos": 0.02}, {"step": 2, "reward": 0.5},
+             {"step": 3, "reward": 0.6, "bicc/transfer_cos": -0.01}]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    runs = find_runs([tmp_path])
+    assert runs[0].series("bicc/transfer_cos")[1].tolist() == [0.02, -0.01]
+    assert tmp_path / "figs" / "transfer_grpo.png" in plot_runs([tmp_path], tmp_path / "figs")
 
 
 # ---------------------------------------------------------------------- contrastive-rlvr report
