@@ -285,3 +285,17 @@ def test_reliability_fields_default_and_parse():
     assert cfg.rollback_snapshot_max_bytes == 0
     # A custom model may take a dataset and rewards (the files are preflight's to check).
     assert config(model="some/model", dataset="x.jsonl", rewards=["format"]).dataset == "x.jsonl"
+
+
+def test_a_methods_options_are_no_difference_while_it_is_off_in_both():
+    from contrastive_rlvr.trainer.config_compare import config_differences
+
+    plain = {"bicc": False, "rcc": False, "bicc_mix": 1.0, "rcc_delta": "mean", "lr": 1.0}
+    other = {**plain, "bicc_mix": 0.5, "rcc_delta": "sum"}
+    assert config_differences(plain, other) == []
+    # On in one of them: its options count, and so does the switch.
+    on = {**other, "bicc": True}
+    assert config_differences(plain, on) == ["bicc: False -> True", "bicc_mix: 1.0 -> 0.5"]
+    # A reading warm start lays BiCC's contexts out with BiCC's options: they count.
+    reading = {**plain, "embedded_sft_context_frac": 0.5}
+    assert config_differences(reading, {**reading, "bicc_mix": 0.5}) == ["bicc_mix: 1.0 -> 0.5"]

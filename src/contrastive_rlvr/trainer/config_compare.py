@@ -33,17 +33,26 @@ NON_TRAINING_FIELDS = frozenset(
 #: A method's switch and the prefix of its options: with the switch off, the options
 #: change nothing that is trained, so runs that differ only there train the same (a plain
 #: arm made beside one BiCC form is the plain arm of another).
-METHOD_OPTION_PREFIXES = {"bicc": "bicc_"}
+METHOD_OPTION_PREFIXES = {"bicc": "bicc_", "rcc": "rcc_"}
 
 
-def without_inactive_options(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` less the options of every method whose switch is off in it. BiCC's
-    options stay when the embedded reading warm start is on
-    (``embedded_sft_context_frac`` > 0): its SFT lays the contexts out with them."""
+def inactive_prefixes(values: dict[str, Any]) -> list[str]:
+    """The option prefixes of the methods whose switch is off in ``values``. BiCC's options
+    stay active when the embedded reading warm start is on (``embedded_sft_context_frac``
+    > 0): its SFT lays the contexts out with them."""
     off = [prefix for switch, prefix in METHOD_OPTION_PREFIXES.items() if not values.get(switch)]
     if values.get("embedded_sft_context_frac"):
         off = [prefix for prefix in off if prefix != "bicc_"]
-    return {k: v for k, v in values.items() if not any(k.startswith(p) for p in off)}
+    return off
+
+
+def without_prefixes(values: dict[str, Any], prefixes: list[str]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not any(k.startswith(p) for p in prefixes)}
+
+
+def without_inactive_options(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` less the options of every method whose switch is off in it."""
+    return without_prefixes(values, inactive_prefixes(values))
 
 
 def _normalised(values: dict[str, Any]) -> dict[str, Any]:
@@ -88,8 +97,9 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     :data:`NON_TRAINING_FIELDS` for the ones ignored). A field the saved config lacks (it
     was made before the field existed) is no difference while it is at its default."""
     saved, current = _normalised(saved), _normalised(current)
-    if not saved.get("bicc") and not current.get("bicc"):
-        saved, current = without_inactive_options(saved), without_inactive_options(current)
+    # A method off in both: its options changed nothing either way.
+    both = sorted(set(inactive_prefixes(saved)) & set(inactive_prefixes(current)))
+    saved, current = without_prefixes(saved, both), without_prefixes(current, both)
     names = sorted((set(saved) | set(current)) - NON_TRAINING_FIELDS)
     missing = object()
     out = []
