@@ -216,3 +216,23 @@ def test_a_distill_run_logs_the_teacher_and_the_transfer(tmp_path, caplog):
     assert len(logs) == 3 and all(-1.0 <= h["bicc/transfer_cos"] <= 1.0 for h in logs)
     assert all("bicc/distill_gap" in h and "bicc/taught_frac" in h for h in logs)
     assert any("not reaching the policy" in r.getMessage() for r in caplog.records)
+
+
+def test_without_gradient_the_distill_loss_is_the_recipes(tmp_path):
+    # Evaluation runs the loss under no_grad, where TRL's log-prob hook does not fire: the
+    # eval loss is then the recipe's loss on the plain prompt, not an error.
+    cfg = config(tmp_path)
+    base = Loss(PolicyLogps(conditioned=False), _policy_objective(cfg, get_recipe("grpo"), None))
+
+    class Silent(Loss):
+        def __call__(self, model, inputs, ctx):
+            return torch.tensor(0.25), {}
+
+    silent = Silent(base.logps, base.objective)
+    loss = DistillLoss(silent, weight=0.5, is_clip=None, max_gap=None)
+    inputs = {"bicc_teacher_logps": torch.zeros(1, 1), "bicc_taught": torch.ones(1)}
+    with torch.no_grad():
+        out, _ = loss(None, inputs, LossContext(logps=None, group_size=1))
+    assert float(out) == 0.25
+    with pytest.raises(RuntimeError, match="made no plain forward"):
+        loss(None, inputs, LossContext(logps=None, group_size=1))

@@ -31,7 +31,7 @@ def settings_line(config: RLVRConfig) -> str:
         else:
             parts.append(f"warmup_steps {config.warmup_steps:g}")
     parts.append(f"max_steps {config.max_steps}")
-    parts.append(f"bicc on (bicc_mix {config.bicc_mix:g})" if config.bicc else "bicc off")
+    parts.append(bicc_settings(config))
     parts.append("rcc on" if config.rcc else "rcc off")
     if config.model != "embedded":
         parts.append(f"rewards {', '.join(config.rewards)}")
@@ -124,3 +124,18 @@ def run_summary(
             "; ".join(summary["learning_signal"]["causes"].values()) or "none named"
         )
     return summary
+
+
+def bicc_settings(config: Any) -> str:
+    """How BiCC runs, in the start line's words: its form and that form's weight."""
+    if not config.bicc:
+        return "bicc off"
+    if config.bicc_form == "distill":
+        return (
+            f"bicc on (bicc_form distill: weight {config.bicc_distill_weight:g}, rows "
+            f"{config.bicc_distill_rows}, teacher {config.bicc_teacher})"
+        )
+    return (
+        f"bicc on (bicc_form conditioned: bicc_mix {config.bicc_mix:g}, ratio "
+        f"{config.bicc_ratio_mode})"
+    )

@@ -48,7 +48,11 @@ class DistillLoss:
         else:
             loss, metrics = self.base(model, inputs, replace(ctx, logps=_recorded(ctx.logps, seen)))
         if not seen:
-            raise RuntimeError("bicc_form='distill': the base loss made no plain forward")
+            if torch.is_grad_enabled():
+                raise RuntimeError("bicc_form='distill': the base loss made no plain forward")
+            # Evaluation (no gradient): TRL's log-prob hook does not fire there, so the
+            # eval loss is the recipe's on the plain prompt.
+            return loss, metrics
         mask = without_tool_tokens(inputs)["completion_mask"]
         distill, extra = sampled_token_distill_loss(
             seen[0],
