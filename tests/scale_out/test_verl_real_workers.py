@@ -12,11 +12,12 @@ hook.
 
 Per recipe: 3 steps, then 1 more after a resume from the checkpoint of step 3;
 once on 2 ranks; the BiCC recipe once more with ``bicc_form: distill`` (3 steps).
-Checked: exit 0; every step logged; finite gradient norms;
-BiCC's context tokens and transfer measure (BiCC recipe), the distill form's metrics; RCC's baseline shift; ConSPO's margin at each
-step's progress; that the weights reach the rollout (the rollout server starts
-from random weights, ``load_format=dummy``, and its log-probs of the sampled tokens
-match the actor's on the same tokens, verl's ``training/rollout_*probs*`` metrics).
+Checked: exit 0; every step logged; finite gradient norms; BiCC's context
+tokens and transfer measure (BiCC recipe), the distill form's metrics; RCC's
+baseline shift; ConSPO's margin at each step's progress; that the weights reach
+the rollout (the rollout server starts from random weights, ``load_format=dummy``,
+and its log-probs of the sampled tokens match the actor's on the same tokens,
+verl's ``training/rollout_*probs*`` metrics).
 
 Slow (5-7 minutes a run on a shared 2-core machine): marked ``verl_real``, kept out of
 ``make test``; ``make test-verl-real`` runs it. Needs verl (.venv-verl).
