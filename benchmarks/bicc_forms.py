@@ -30,6 +30,12 @@ FORMS: dict[str, list[str]] = {
     "distill": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_weight", "0.5"],
     "distill-w01": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_weight", "0.1"],
     "distill-both": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_rows", "both"],
+    "distill-ref": [
+        "--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_teacher", "reference",
+    ],
+    "distill-gap1": [
+        "--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_max_gap", "1.0",
+    ],
     "distill-center": [
         "--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_center", "true",
     ],

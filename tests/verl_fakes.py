@@ -83,3 +83,25 @@ class FakeTQ:
             partition_id=partition_id,
             fields=self.stored_fields(list(keys)),
         )
+
+
+class FakeProbeWorkers:
+    """The actor worker group's ``crlvr_transfer_probe`` as the ``crlvr_sync`` trainer calls
+    it: reads, through the meta as a worker does, the prompts, advantages and (when
+    listed) the teacher fields of the rows of each phase, records them in ``calls``, and
+    returns ``value`` after the ``"applied"`` phase."""
+
+    def __init__(self, store: FakeTQ, value: float = 0.5) -> None:
+        self.store, self.value = store, value
+        self.calls: list[dict] = []
+
+    def crlvr_transfer_probe(self, meta: KVBatchMeta) -> dict:
+        phase = meta.extra_info["crlvr_probe_phase"]
+        listed = self.store.stored_fields(meta.keys) if meta.fields is None else meta.fields
+        optional = ("advantages", "bicc_teacher_log_probs", "bicc_probe_advantages")
+        fields = ["prompts", *(f for f in optional if f in listed)]
+        got = self.store.worker_get(meta, fields)
+        self.calls.append(
+            {"phase": phase, **{f: [t.tolist() for t in got[f].unbind()] for f in fields}}
+        )
+        return {"metrics": {"bicc/transfer_cos": self.value} if phase == "applied" else {}}

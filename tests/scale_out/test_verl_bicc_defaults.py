@@ -54,14 +54,17 @@ def test_a_ratio_the_user_sets_wins(mode):
         )
 
 
-def test_the_distill_form_is_refused_on_verl_in_one_line():
-    # Its teacher log-probs cannot reach verl's policy-loss call (docs/bicc.md).
-    with pytest.raises(ValueError, match="bicc_form='distill' is not supported on verl") as err:
-        CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_form="distill")
+def test_the_distill_form_keeps_its_ratio_mode_unset_on_verl():
+    # The distill form's loss reads the plain prompt: no ratio mode is resolved for it
+    # (the recipe's default would make the trainer recompute old log-probs it never reads).
+    cfg = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_form="distill")
+    assert cfg.bicc_ratio_mode is None
+    assert CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True).bicc_ratio_mode is not None
+
+
+def test_a_ratio_mode_with_the_distill_form_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="bicc_ratio_mode") as err:
+        CrlvrPolicyLossConfig(
+            loss_mode="crlvr_grpo", bicc=True, bicc_form="distill", bicc_ratio_mode="paper"
+        )
     assert "\n" not in str(err.value)
-
-
-def test_the_transfer_probe_is_said_to_be_trl_only(caplog):
-    with caplog.at_level("WARNING"):
-        CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True)
-    assert any("measured on the TRL path only" in r.getMessage() for r in caplog.records)

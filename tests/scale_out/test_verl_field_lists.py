@@ -19,7 +19,7 @@ pytest.importorskip("verl")
 import torch
 from tensordict import TensorDict
 from verl.trainer.ppo.v1 import trainer_base
-from verl_fakes import FakeTQ
+from verl_fakes import FakeProbeWorkers, FakeTQ
 from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.integrations.verl import transfer
@@ -76,6 +76,7 @@ def trainer_on(cfg, monkeypatch, rows, **crlvr):
     trainer.use_critic = False
     store = FakeTQ(rows)
     monkeypatch.setattr(transfer, "tq", store)
+    trainer.actor_rollout_wg = FakeProbeWorkers(store)  # step 1 is probed (bicc on)
     return trainer, store
 
 
@@ -280,3 +281,125 @@ def test_rcc_baseline_shift_and_conspo_margin_are_logged(recipes, monkeypatch):
     trainer._compute_advantage(before_advantages(store, list(store.rows)), metrics)
     # m = (0.01 / 2)(1 - cos(pi * 0.1 / 0.3)) = 0.005 * (1 - 0.5)
     assert metrics["crlvr/conspo/margin"] == pytest.approx(0.0025, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("taught_rows", "teacher"),
+    [("wrong", "sampling"), ("both", "sampling"), ("wrong", "reference")],
+)
+def test_the_distill_form_trains_the_plain_rows_with_the_teachers_log_probs(
+    recipes, monkeypatch, taught_rows, teacher
+):
+    """bicc_form distill: the teacher pass (verl's old-log-prob pass) runs on the
+    conditioned rows; the update and both probe phases get the plain rows, with the
+    teacher's log-probs and the rows taught listed in the meta they receive."""
+    cfg = with_overrides(
+        recipes["grpo_bicc_rcc"],
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "data.max_prompt_length": 20,
+            "data.max_response_length": 20,
+        },
+    )
+    rows = group_rows()
+    trainer, store = trainer_on(
+        cfg,
+        monkeypatch,
+        rows,
+        bicc=True,
+        bicc_form="distill",
+        bicc_distill_rows=taught_rows,
+        bicc_teacher=teacher,
+        bicc_context_ratio=0.5,
+        bicc_max_seq_len=40,
+        bicc_placement="after_prompt",
+    )
+    seen = {}
+
+    def teacher_pass(batch, metrics):
+        # verl's old-log-prob (or reference) pass on the rows it is handed: log-probs that
+        # say which prompt it read (-1 per prompt token), written where verl writes them
+        got = store.worker_get(batch, ["prompts", "responses"])
+        seen["teacher_prompts"] = [p.tolist() for p in got["prompts"].unbind()]
+        logps = transfer.nested(
+            [
+                torch.full((len(r),), -float(len(p)))
+                for p, r in zip(got["prompts"].unbind(), got["responses"].unbind(), strict=True)
+            ]
+        )
+        names = ["old_log_probs", "entropy"] if teacher == "sampling" else ["ref_log_prob"]
+        fields = TensorDict({name: logps for name in names}, batch_size=len(batch))
+        return store.kv_batch_put(keys=batch.keys, partition_id="train", fields=fields)
+
+    def no_pass(batch, metrics):
+        pytest.fail("only the teacher's pass runs")
+
+    def worker_update(self, batch, metrics):
+        names = ["bicc_teacher_log_probs", "bicc_taught", "ref_log_prob"]
+        got = store.worker_get(batch, [*UPDATE_FIELDS, "advantages", *names])
+        seen["update"] = {
+            f: dict(zip(batch.keys, [x.tolist() for x in got[f].unbind()], strict=True))
+            for f in ("input_ids", "old_log_probs", *names)
+        }
+        return batch
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_update_actor", worker_update)
+    sampling = teacher == "sampling"
+    trainer._compute_old_log_prob = teacher_pass if sampling else no_pass
+    trainer._compute_ref_log_prob = no_pass if sampling else teacher_pass
+
+    batch = before_advantages(store, list(rows))
+    batch = trainer._compute_advantage(batch, {})
+    metrics = {}
+    trainer._update_actor(batch, metrics)
+
+    # the teacher read the conditioned prompts: g's rows grew, h's (all wrong) stayed plain
+    by_key = dict(zip(batch.keys, seen["teacher_prompts"], strict=True))
+    assert len(by_key["g_0_0"]) > 2 and by_key["h_0_0"] == [3]
+    update = seen["update"]
+    # the update reads the plain rows and their own old and reference log-probs...
+    assert update["input_ids"]["g_0_0"] == [1, 2, 10, 11, EOS]
+    assert update["old_log_probs"]["g_0_0"] == [-0.5] * 3
+    assert update["ref_log_prob"]["g_0_0"] == [-0.5] * 3
+    # ...and the teacher's log-probs of the same tokens after the conditioned prompt
+    assert update["bicc_teacher_log_probs"]["g_0_0"] == [-float(len(by_key["g_0_0"]))] * 3
+    assert update["bicc_teacher_log_probs"]["h_1_0"] == [-1.0] * 3
+    # taught: g_1_0 (wrong, conditioned); g_0_0 (correct) only with 'both'; h never
+    taught = {k: v[0] for k, v in update["bicc_taught"].items()}
+    assert taught == {
+        "g_0_0": float(taught_rows == "both"),
+        "g_1_0": 1.0,
+        "h_0_0": 0.0,
+        "h_1_0": 0.0,
+    }
+    assert metrics["bicc/taught_frac"] == (0.5 if taught_rows == "both" else 0.25)
+    assert len(seen["teacher_prompts"]) == 4  # one teacher pass
+    # step 1 is probed, both phases on the plain rows with the teacher fields listed
+    calls = trainer.actor_rollout_wg.calls
+    assert [c["phase"] for c in calls] == ["plain", "applied"]
+    for call in calls:
+        assert call["prompts"][batch.keys.index("g_0_0")] == [1, 2]
+        assert "bicc_teacher_log_probs" in call
+    assert metrics["bicc/transfer_cos"] == 0.5
+
+
+def test_with_conspo_the_probes_plain_surrogate_gets_grpos_advantages(recipes, monkeypatch):
+    """ConSPO's ``advantages`` carry its targets; the probe's plain phase is handed GRPO's
+    group advantages of the rewards instead, listed in its meta."""
+    cfg = with_overrides(recipes["conspo_rcc"], **{"actor_rollout_ref.rollout.n": 2})
+    rows = group_rows()
+    trainer, store = trainer_on(
+        cfg, monkeypatch, rows, loss_mode="crlvr_conspo", bicc=True, bicc_placement="after_prompt"
+    )
+    batch = trainer._compute_advantage(before_advantages(store, list(rows)), {})
+    trainer._probe_transfer(batch, "plain", {})
+    (call,) = trainer.actor_rollout_wg.calls
+    adv = dict(zip(batch.keys, call["bicc_probe_advantages"], strict=True))
+    # group g: rewards (1, 0), mean 0.5, Bessel std sqrt(0.5): +-0.5 / (sqrt(0.5) + 1e-4);
+    # group h: (0, 0) -> 0
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)
+    assert adv["g_0_0"] == pytest.approx([a] * 3) and adv["g_1_0"] == pytest.approx([-a] * 2)
+    assert adv["h_0_0"] == [0.0, 0.0] and adv["h_1_0"] == [0.0] * 3
+    # the targets stay where ConSPO's loss reads them
+    targets = dict(zip(batch.keys, call["advantages"], strict=True))
+    assert targets["g_0_0"][0] == pytest.approx(1.0) and targets["g_1_0"][0] < -1.0

@@ -11,11 +11,13 @@ are chains, not boxed numbers). What makes verl run on a CPU is test-side, in
 hook.
 
 Per recipe: 3 steps, then 1 more after a resume from the checkpoint of step 3;
-once on 2 ranks. Checked: exit 0; every step logged; finite gradient norms;
-BiCC's context tokens (BiCC recipe); RCC's baseline shift; ConSPO's margin at each
-step's progress; that the weights reach the rollout (the rollout server starts
-from random weights, ``load_format=dummy``, and its log-probs of the sampled tokens
-match the actor's on the same tokens, verl's ``training/rollout_*probs*`` metrics).
+once on 2 ranks; the BiCC recipe once more with ``bicc_form: distill`` (3 steps).
+Checked: exit 0; every step logged; finite gradient norms; BiCC's context
+tokens and transfer measure (BiCC recipe), the distill form's metrics; RCC's
+baseline shift; ConSPO's margin at each step's progress; that the weights reach
+the rollout (the rollout server starts from random weights, ``load_format=dummy``,
+and its log-probs of the sampled tokens match the actor's on the same tokens,
+verl's ``training/rollout_*probs*`` metrics).
 
 Slow (5-7 minutes a run on a shared 2-core machine): marked ``verl_real``, kept out of
 ``make test``; ``make test-verl-real`` runs it. Needs verl (.venv-verl).
@@ -103,10 +105,18 @@ def check_training_steps(steps: dict[int, dict], expected: list[int], log: str) 
         assert corr > 0.999 and diff < 0.01, f"step {s}: rollout vs actor corr {corr}, {diff}"
 
 
-def run_recipe(recipe: str, task, tmp_path: Path, ranks: int = 1, resume: bool = True):
+def run_recipe(
+    recipe: str,
+    task,
+    tmp_path: Path,
+    ranks: int = 1,
+    resume: bool = True,
+    extra: tuple[str, ...] = (),
+):
     out = tmp_path / recipe
     out.mkdir()
-    code, steps, log = main_ppo(recipe, sizes(task, out, 3) + devices(ranks), out, "first")
+    overrides = [*sizes(task, out, 3), *devices(ranks), *extra]
+    code, steps, log = main_ppo(recipe, overrides, out, "first")
     assert code == 0, f"{recipe}: exit {code}\n{tail(log)}"
     check_training_steps(steps, [1, 2, 3], log)
     assert (out / "checkpoints" / "global_step_3").is_dir()
@@ -114,7 +124,7 @@ def run_recipe(recipe: str, task, tmp_path: Path, ranks: int = 1, resume: bool =
     if resume:
         code, after, log2 = main_ppo(
             recipe,
-            [*sizes(task, out, 4), *devices(ranks), "trainer.resume_mode=auto"],
+            [*sizes(task, out, 4), *devices(ranks), *extra, "trainer.resume_mode=auto"],
             out,
             "resumed",
         )
@@ -136,6 +146,31 @@ def test_grpo_bicc_rcc_recipe_on_verls_workers(task, tmp_path):
         # RCC: the baseline moved off the group mean where delta varies
         assert math.isfinite(m["crlvr/rcc/baseline_shift_mean"])
     assert any(every[s].get("crlvr/rcc/baseline_shift_max_abs", 0) > 0 for s in every)
+    # the transfer probe (bicc_transfer_every 10 by default): the first step, not step 4
+    assert -1.0 <= every[1]["bicc/transfer_cos"] <= 1.0
+    assert all("bicc/transfer_cos" not in every[s] for s in (2, 3, 4))
+
+
+def test_grpo_bicc_distill_on_verls_workers(task, tmp_path):
+    """The shipped BiCC recipe with ``bicc_form: distill`` (3 steps, no resume): the
+    teacher's pass on the conditioned rows, the distill term in the actor's loss on the
+    plain rows, and the transfer probe at every step."""
+    loss = "actor_rollout_ref.actor.policy_loss."
+    extra = (  # "+": fields the recipe file does not list
+        f"+{loss}bicc_form=distill",
+        f"{loss}bicc_ratio_mode=null",  # the distill form's loss reads the plain prompt
+        f"+{loss}bicc_distill_rows=both",
+        f"+{loss}bicc_transfer_every=1",
+    )
+    steps, _ = run_recipe("grpo_bicc_rcc", task, tmp_path, resume=False, extra=extra)
+    for s in (1, 2, 3):
+        m = steps[s]
+        assert m["bicc/context_tokens"] > 0, f"step {s}: no context tokens"
+        # 'both': every conditioned row is taught
+        assert m["bicc/taught_frac"] == pytest.approx(m["bicc/conditioned_frac"])
+        assert math.isfinite(m["actor/bicc/distill_gap"])
+        assert math.isfinite(m["actor/bicc/distill_loss"])
+        assert -1.0 <= m["bicc/transfer_cos"] <= 1.0, f"step {s}: {m['bicc/transfer_cos']}"
 
 
 def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
@@ -152,3 +187,5 @@ def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
 def test_grpo_bicc_rcc_recipe_on_two_ranks(task, tmp_path):
     steps, _ = run_recipe("grpo_bicc_rcc", task, tmp_path, ranks=2, resume=False)
     assert all(steps[s]["bicc/context_tokens"] > 0 for s in (1, 2, 3))
+    # the probe's dot products summed over the two ranks' FSDP shards
+    assert -1.0 <= steps[1]["bicc/transfer_cos"] <= 1.0

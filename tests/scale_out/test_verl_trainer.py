@@ -18,7 +18,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.trainer.ppo.v1 import trainer_base
 from verl.utils.config import omega_conf_to_dataclass, validate_config
-from verl_fakes import FakeTQ
+from verl_fakes import FakeProbeWorkers, FakeTQ
 from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.algorithms import BiCCTemplate
@@ -117,6 +117,7 @@ def make_trainer(cfg, monkeypatch, rows, **crlvr):
     trainer.use_critic = False
     store = FakeTQ(rows)
     monkeypatch.setattr(transfer, "tq", store)
+    trainer.actor_rollout_wg = FakeProbeWorkers(store)  # step 1 is probed (bicc on)
     return trainer, store
 
 
@@ -235,6 +236,12 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     # context tokens (5, 0, 6, 0) -> mean 2.75; half of the rows conditioned
     assert metrics["bicc/context_tokens"] == pytest.approx(2.75)
     assert metrics["bicc/conditioned_frac"] == pytest.approx(0.5)
+    # step 1 is probed: plain GRPO's gradient on the plain rows, then the applied loss's on
+    # the rows the update trains on (the conditioned ones, after any recomputation)
+    calls = trainer.actor_rollout_wg.calls
+    assert [c["phase"] for c in calls] == ["plain", "applied"]
+    assert calls[0]["prompts"][0] == [1, 2] and calls[1]["prompts"][0] == a0
+    assert metrics["bicc/transfer_cos"] == 0.5
 
 
 def test_conspo_reads_no_old_log_probs_so_its_default_consistent_mode_adds_no_pass(

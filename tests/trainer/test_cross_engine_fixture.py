@@ -10,8 +10,11 @@ again, and then the parity test says whether verl follows.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+
+import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -52,3 +55,22 @@ def test_fixture_rows_read_as_the_trl_placement_says():
     assert ids[1][-len("assistant\n") - 2] == 2  # the user turn is closed after the attempts
     # group 2 is all wrong: its rows keep the plain prompt
     assert ids[8] == committed["inputs"]["rows"][8]["prompt_ids"]
+
+
+def test_distill_fixture_is_what_the_trl_distill_loss_gives_today():
+    # tests/scale_out/test_verl_distill.py compares verl's actor loss with this file.
+    import make_distill_parity
+
+    committed = json.loads((FIXTURES / "distill_parity.json").read_text())
+    now = json.loads(json.dumps(make_distill_parity.fixture()))
+    assert now["inputs"] == committed["inputs"] and now["cases"] == committed["cases"]
+    assert now["expected"] == committed["expected"], (
+        "the TRL path's DistillLoss changed: run PYTHONPATH=src .venv/bin/python "
+        "tests/fixtures/make_distill_parity.py, then tests/scale_out/test_verl_distill.py "
+        "in .venv-verl"
+    )
+    # row 2 (taught, one token, A = -0.5, ratio e^-0.1): 0.7 x GRPO's 0.5 e^-0.1 / 4 plus
+    # 0.3 x the distill term's (-1.5 - -1.0) x min(e^-0.1, 2) / 4, by hand
+    ratio = math.exp(-0.1)
+    grad = committed["expected"]["weight_0.3_is_clip_2"]["grad"][2][0]
+    assert grad == pytest.approx(0.7 * 0.5 * ratio / 4 + 0.3 * -0.5 * ratio / 4, rel=1e-12)

@@ -14,9 +14,16 @@ per-token tensors, ``(B,)`` for rows.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 
 import torch
+
+logger = logging.getLogger(__name__)
+
+#: Probes in a row below the threshold before a run warns (:class:`TransferWatch`).
+PATIENCE = 3
 
 #: log-ratio bound of the importance weight, as TRL's SDPO clamps it (exp(20) is finite).
 _LOG_RATIO_BOUND = 20.0
@@ -106,6 +113,32 @@ def taught_rows(
     raise ValueError(f"rows must be 'wrong' or 'both', got {rows!r}")
 
 
+def gradient_dots(
+    applied: Sequence[torch.Tensor | None], plain: Sequence[torch.Tensor | None]
+) -> torch.Tensor:
+    """``(3,)`` float64 on the CPU: ``<a, p>``, ``|a|^2``, ``|p|^2`` of two gradients given
+    per parameter (None: no gradient, counted 0). Sums over shards add up: a sharded
+    model's ranks each take their shards' sums and all-reduce them before
+    :func:`cosine_of_dots`."""
+    dots = torch.zeros(3, dtype=torch.float64)
+    for a, p in zip(applied, plain, strict=True):
+        if a is not None:
+            dots[1] += a.double().pow(2).sum().cpu()
+        if p is not None:
+            dots[2] += p.double().pow(2).sum().cpu()
+        if a is not None and p is not None:
+            dots[0] += (a.double() * p.double()).sum().cpu()
+    return dots
+
+
+def cosine_of_dots(dots: torch.Tensor) -> float:
+    """The cosine from :func:`gradient_dots`' ``(3,)`` sums; NaN when either norm is 0."""
+    dot, norm_a, norm_p = (float(x) for x in dots.tolist())
+    if norm_a == 0 or norm_p == 0:
+        return float("nan")
+    return dot / (math.sqrt(norm_a) * math.sqrt(norm_p))
+
+
 def transfer_cosine(
     applied: Sequence[torch.Tensor | None], plain: Sequence[torch.Tensor | None]
 ) -> float:
@@ -115,19 +148,45 @@ def transfer_cosine(
     plain prompt, same batch and advantages. 1: the update moves the sampling policy as
     GRPO would; about 0: in a direction unrelated to the reward. NaN when either
     gradient is 0 (nothing to compare)."""
-    dot = torch.zeros((), dtype=torch.float64)
-    norm_a = torch.zeros((), dtype=torch.float64)
-    norm_p = torch.zeros((), dtype=torch.float64)
-    for a, p in zip(applied, plain, strict=True):
-        if a is not None:
-            norm_a += a.double().pow(2).sum().cpu()
-        if p is not None:
-            norm_p += p.double().pow(2).sum().cpu()
-        if a is not None and p is not None:
-            dot += (a.double() * p.double()).sum().cpu()
-    if norm_a == 0 or norm_p == 0:
-        return float("nan")
-    return float(dot / (norm_a.sqrt() * norm_p.sqrt()))
+    return cosine_of_dots(gradient_dots(applied, plain))
+
+
+def probe_due(step: int, every: int) -> bool:
+    """Whether optimizer step ``step`` (0 for the first) is probed: the first and every
+    ``every``-th after it; never with ``every`` 0 (``bicc_transfer_every``)."""
+    return every > 0 and (step == 0 or step % every == 0)
+
+
+class TransferWatch:
+    """The values of ``bicc/transfer_cos`` a run logged, and its one warning: after
+    :data:`PATIENCE` probes in a row below ``threshold`` (NaN probes neither count nor
+    reset), it logs ``advice`` once, with the last values. Both engines' probes record
+    here, each with its own option names in ``advice``."""
+
+    def __init__(self, threshold: float, advice: str) -> None:
+        self.threshold, self.advice = threshold, advice
+        self.values: list[float] = []
+        self._low, self.warned = 0, False
+
+    def record(self, value: float) -> None:
+        """Keep ``value``; warn (once) when the last :data:`PATIENCE` were low."""
+        self.values.append(value)
+        if math.isnan(value):
+            return
+        self._low = self._low + 1 if value < self.threshold else 0
+        if self._low >= PATIENCE and not self.warned:
+            recent = ", ".join(f"{v:.2f}" for v in self.values[-PATIENCE:])
+            logger.warning(
+                "BiCC: the update is not reaching the policy that samples: bicc/transfer_cos "
+                "(cosine with plain GRPO's gradient on the plain prompt) was %s over the last "
+                "%d probes, below %.2f: %s (docs/bicc.md, 'Does BiCC reach the policy that "
+                "samples?')",
+                recent,
+                PATIENCE,
+                self.threshold,
+                self.advice,
+            )
+            self.warned = True
 
 
 def plain_grpo_surrogate(

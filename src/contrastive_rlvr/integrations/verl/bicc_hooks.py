@@ -1,12 +1,23 @@
-"""The ``crlvr_sync`` BiCC hooks: each row is rewritten as ``[q ; O_opposite] + o`` for the
-actor update, built by the TRL stage's
-:class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement, chat
-rendering, budget, framing budget, pairing, template, EOS list); the old log-probs
-(``consistent`` ratio mode) and the reference ones (``bicc_kl_reference='conditioned'``
-with a KL loss) are recomputed on it, and the plain rows are put back after the update."""
+"""The ``crlvr_sync`` BiCC hooks: each row is rewritten as ``[q ; O_opposite] + o``, built by
+the TRL stage's :class:`~contrastive_rlvr.algorithms.bicc_rows.BiCCRowBuilder` (placement,
+chat rendering, budget, framing budget, pairing, template, EOS list).
+
+- ``bicc_form: conditioned`` (the paper): the actor update trains on the conditioned rows;
+  the old log-probs (``consistent`` ratio mode) and the reference ones
+  (``bicc_kl_reference='conditioned'`` with a KL loss) are recomputed on them, and the
+  plain rows are put back after the update.
+- ``bicc_form: distill``: the conditioned rows only feed the teacher's log-probs (verl's
+  old-log-prob or reference pass, no gradient); the plain rows are put back with the
+  teacher's log-probs and the rows taught next to them, and the update trains on the plain
+  rows (the term is added in the workers' loss, :mod:`.distill`).
+- ``bicc/transfer_cos`` on probed steps (``bicc_transfer_every``), before the update, in
+  the actor's workers (:mod:`.worker`), with the TRL probe's warning
+  (:class:`~contrastive_rlvr.algorithms.bicc_transfer.TransferWatch`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -14,6 +25,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.config import omega_conf_to_dataclass
 
+from ...algorithms import group_advantages
 from ...algorithms.bicc_rows import (
     BiCCRowBuilder,
     chat_renderer,
@@ -22,9 +34,47 @@ from ...algorithms.bicc_rows import (
     template_encoder,
     text_decoder,
 )
+from ...algorithms.bicc_transfer import TransferWatch, probe_due, taught_rows
 from . import transfer
-from .groups import BiCCRows, bicc_rows
+from .distill import PROBE_ADVANTAGES, TAUGHT, TEACHER, distills
+from .groups import BiCCRows, bicc_rows, grouped_apply
+from .losses import is_contrastive_loss
 from .settings import bicc_token_limits, conditioned_reference, recomputes_old_log_probs
+from .worker import PROBE_PHASE, TRANSFER_KEY
+
+#: What the low-transfer warning tells a verl run to do.
+VERL_ADVICE = (
+    "the conditioned share trains pi(.|[q;O]) in a direction unrelated to the reward on q; "
+    "set actor_rollout_ref.actor.policy_loss.bicc_form=distill (the conditioned model as a "
+    "teacher for the plain prompt), or policy_loss.bicc=false"
+)
+VERL_DISTILL_ADVICE = (
+    "the distillation term pulls the plain prompt away from the reward's direction (a "
+    "teacher that does not read the attempts); lower policy_loss.bicc_distill_weight, or "
+    "policy_loss.bicc=false"
+)
+
+
+def group_index(batch: KVBatchMeta) -> list[str]:
+    """Each row's group id; verl's padding rows (one shared uid) are no group: each is its
+    own, as on TRL where they do not exist."""
+    return [
+        f"padding/{i}" if tag.get("is_padding", False) else transfer.group_id(key)
+        for i, (key, tag) in enumerate(zip(batch.keys, batch.tags, strict=True))
+    ]
+
+
+def probe_value(output: Any) -> float:
+    """``bicc/transfer_cos`` from the probe's collected output: every rank returns the
+    same all-reduced value, as one dict or one dict per rank."""
+    metrics = output["metrics"]
+    metrics = getattr(metrics, "data", metrics)
+    if isinstance(metrics, dict):
+        metrics = [metrics]
+    values = [float(m[TRANSFER_KEY]) for m in metrics if TRANSFER_KEY in m]
+    if not values:
+        raise RuntimeError("the transfer probe returned no bicc/transfer_cos")
+    return values[0]
 
 
 class BiCCHooks:
@@ -86,10 +136,7 @@ class BiCCHooks:
             torch.stack([r.sum() for r in got["rm_scores"].unbind()]).float(),
             # verl's padding rows (one shared uid) are no group: they keep their prompt
             # and do not count for the budget, as on TRL where they do not exist.
-            [
-                f"padding/{i}" if tag.get("is_padding", False) else transfer.group_id(key)
-                for i, (key, tag) in enumerate(zip(batch.keys, batch.tags, strict=True))
-            ],
+            group_index(batch),
             builder,
             pad_token_id=tokenizer.pad_token_id,
             max_positions=getattr(self, "max_positions", None),
@@ -101,7 +148,17 @@ class BiCCHooks:
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         if not self.crlvr.bicc:
             return super()._update_actor(batch, metrics)
-        conditioned, plain = self._condition_on_opposite(batch, metrics)
+        probe = self._transfer_due()
+        if distills(self.crlvr):
+            # The update reads the plain rows; the conditioned ones only feed the teacher.
+            batch = self._teach(batch, metrics)
+            if probe:
+                self._probe_transfer(batch, "plain", metrics)
+                self._probe_transfer(batch, "applied", metrics)
+            return super()._update_actor(batch, metrics)
+        if probe:
+            self._probe_transfer(batch, "plain", metrics)
+        conditioned, plain = self._condition_on_opposite(batch, metrics, self._plain_fields())
         try:
             if recomputes_old_log_probs(self.config, self.crlvr):
                 # The recomputation's own entropy metric would describe the conditioned
@@ -111,28 +168,125 @@ class BiCCHooks:
                 # The KL term compares with the reference on the same prompt (TRL:
                 # bicc_kl_reference='conditioned' with beta > 0, every ratio mode).
                 conditioned = self._compute_ref_log_prob(conditioned, metrics={})
+            if probe:
+                self._probe_transfer(conditioned, "applied", metrics)
             super()._update_actor(conditioned, metrics)
         finally:
             restored = self._restore(batch, plain)
         return restored
 
+    def _plain_fields(self) -> list[str]:
+        """The fields the conditioned passes overwrite, kept to put the plain rows back."""
+        fields = ["prompts", "input_ids", "position_ids"]
+        teacher = self.crlvr.bicc_teacher if distills(self.crlvr) else None
+        if teacher == "sampling" or recomputes_old_log_probs(self.config, self.crlvr):
+            fields += ["old_log_probs", "entropy"]
+        if teacher == "reference" or conditioned_reference(self.config, self.crlvr):
+            fields.append("ref_log_prob")
+        return fields
+
+    def _teach(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """``bicc_form: distill``: the teacher's log-probs of every sampled token on the
+        row's conditioned prompt, ``log pi(o_t | [q ; O_opp])``, taken now by the policy that
+        sampled the batch (``bicc_teacher: sampling``: verl's old-log-prob pass, no
+        gradient, before this batch's update) or the frozen reference (``reference``), and
+        the rows it teaches (:func:`~contrastive_rlvr.algorithms.bicc_transfer.taught_rows`),
+        written as :data:`~.distill.TEACHER` / :data:`~.distill.TAUGHT` (response-shaped)
+        next to the plain rows, which are put back. Returns the meta of that write."""
+        sampling = self.crlvr.bicc_teacher == "sampling"
+        key = "old_log_probs" if sampling else "ref_log_prob"
+        conditioned, plain = self._condition_on_opposite(batch, metrics, self._plain_fields())
+        try:
+            if sampling:
+                conditioned = self._compute_old_log_prob(conditioned, metrics={})
+            else:
+                conditioned = self._compute_ref_log_prob(conditioned, metrics={})
+            teacher = [t.float() for t in transfer.fetch(conditioned, [key])[key].unbind()]
+        finally:
+            restored = self._restore(batch, plain)
+        scores = transfer.fetch(restored, ["rm_scores"])["rm_scores"]
+        rewards = torch.stack([r.sum() for r in scores.unbind()]).float()
+        taught = taught_rows(
+            rewards,
+            plain["context_tokens"] > 0,
+            self.crlvr.reward_threshold,
+            self.crlvr.bicc_distill_rows,
+        )
+        flags = [
+            torch.full_like(t, float(f)) for t, f in zip(teacher, taught.tolist(), strict=True)
+        ]
+        fields = TensorDict(
+            {TEACHER: transfer.nested(teacher), TAUGHT: transfer.nested(flags)},
+            batch_size=len(batch),
+        )
+        metrics["bicc/taught_frac"] = taught.float().mean().item()
+        return transfer.put(restored, fields=fields, tags=restored.tags)
+
+    def _transfer_due(self) -> bool:
+        """Whether this step is probed: ``bicc_transfer_every`` counts optimizer steps from
+        the first, as on the TRL path (verl's ``global_steps`` starts at 1)."""
+        return probe_due(int(self.global_steps) - 1, int(self.crlvr.bicc_transfer_every))
+
+    def _probe_transfer(self, batch: KVBatchMeta, phase: str, metrics: dict) -> None:
+        """One phase of the transfer probe in the actor's workers
+        (:meth:`~.worker.CrlvrActorRolloutRefWorker.crlvr_transfer_probe`) with the settings
+        the update passes; after ``"applied"``, logs ``bicc/transfer_cos`` and warns once
+        after 3 low probes (:class:`~contrastive_rlvr.algorithms.bicc_transfer.TransferWatch`)."""
+        actor = self.config.actor_rollout_ref.actor
+        rows = int(actor.ppo_mini_batch_size) * int(self.config.actor_rollout_ref.rollout.n)
+        info = {
+            **(batch.extra_info or {}),
+            PROBE_PHASE: phase,
+            "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
+            "global_batch_size": rows,
+            "mini_batch_size": rows,
+            "temperature": self.config.actor_rollout_ref.rollout.temperature,
+        }
+        if phase == "plain" and is_contrastive_loss(actor.policy_loss.get("loss_mode", "")):
+            batch = self._put_probe_advantages(batch)
+        meta = dataclasses.replace(batch, tags=[dict(t) for t in batch.tags], extra_info=info)
+        output = self.actor_rollout_wg.crlvr_transfer_probe(meta)
+        if phase != "applied":
+            return
+        value = probe_value(output)
+        metrics[TRANSFER_KEY] = value
+        if getattr(self, "_transfer_watch", None) is None:
+            distill = self.crlvr.bicc_form == "distill"
+            advice = VERL_DISTILL_ADVICE if distill else VERL_ADVICE
+            self._transfer_watch = TransferWatch(self.crlvr.bicc_transfer_warn, advice)
+        self._transfer_watch.record(value)
+
+    def _put_probe_advantages(self, batch: KVBatchMeta) -> KVBatchMeta:
+        """ConSPO's ``advantages`` carry its targets (:mod:`.groups`); plain GRPO's surrogate
+        takes GRPO's group advantages of the rewards instead (as the TRL path's probe reads
+        TRL's), written as :data:`~.distill.PROBE_ADVANTAGES`."""
+        got = transfer.fetch(batch, ["rm_scores"])
+        rewards = torch.stack([r.sum() for r in got["rm_scores"].unbind()]).float()
+        eps = self.crlvr.adv_eps
+        index = group_index(batch)
+        adv = grouped_apply(index, lambda g, r: group_advantages(r, g, eps=eps), rewards)
+        scores = got["rm_scores"].unbind()
+        rows = [torch.full(r.shape, float(a)) for r, a in zip(scores, adv, strict=True)]
+        fields = TensorDict({PROBE_ADVANTAGES: transfer.nested(rows)}, batch_size=len(batch))
+        return transfer.put(batch, fields=fields, tags=batch.tags)
+
     def _condition_on_opposite(
-        self, batch: KVBatchMeta, metrics: dict
+        self, batch: KVBatchMeta, metrics: dict, fields: list[str]
     ) -> tuple[KVBatchMeta, dict[str, Any]]:
         """Rewrite every row as ``[q ; O_opposite] + o`` in TransferQueue; return the meta of
-        that write and the plain rows."""
-        fields = ["prompts", "input_ids", "position_ids"]
-        if recomputes_old_log_probs(self.config, self.crlvr):
-            fields += ["old_log_probs", "entropy"]
-        if conditioned_reference(self.config, self.crlvr):
-            fields.append("ref_log_prob")
+        that write and the plain rows (their ``fields``, tags and each row's
+        ``context_tokens``, (B,))."""
         data = transfer.fetch(batch, [*fields, "responses"])
         if any(p.dim() != 1 for p in data["position_ids"].unbind()):
             raise ValueError("BiCC on verl supports text-only rows (1-D position ids)")
         responses = list(data["responses"].unbind())
         rows = self._bicc_rows(batch)
         self._check_row_lengths(rows, responses)
-        plain = {"fields": data.select(*fields), "tags": [dict(tag) for tag in batch.tags]}
+        plain = {
+            "fields": data.select(*fields),
+            "tags": [dict(tag) for tag in batch.tags],
+            "context_tokens": rows.context_tokens,
+        }
         conditioned = self._put_rows(batch, rows.prompts, responses)
         metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
         metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()

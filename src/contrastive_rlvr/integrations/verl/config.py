@@ -18,7 +18,6 @@ path's ``RLVRConfig`` inherits the same ones).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,6 @@ from verl.workers.config import PolicyLossConfig
 
 from ...algorithms.bicc_defaults import default_bicc_ratio_mode
 from ...method_options import AdvantageFields, BiCCFields, ConSPOFields, RCCFields
-
-logger = logging.getLogger(__name__)
 
 LOSS_PREFIX = "crlvr_"
 #: Where the fields sit in a verl config; errors name a field by its full path.
@@ -76,6 +73,16 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
     ``bicc_ratio``) is refused naming the new one. Where verl differs, and why:
 
     Attributes:
+        bicc_form: ``"distill"`` runs as on the TRL path: the ``crlvr_sync`` trainer takes the
+            teacher's log-probs on the conditioned rows (verl's old-log-prob pass for
+            ``bicc_teacher: sampling``, the reference pass for ``reference``) and writes
+            them to the batch; the actor's loss
+            (:class:`~contrastive_rlvr.integrations.verl.distill.CrlvrActorLoss`) is
+            ``(1 - bicc_distill_weight)`` x verl's loss on the plain rows + the weight x the
+            distill term. ``bicc_ratio_mode`` stays unset (the loss reads the plain prompt).
+        bicc_transfer_every, bicc_transfer_warn: the ``crlvr_sync`` trainer logs
+            ``bicc/transfer_cos`` on probed steps (two more forward + backward passes on
+            one micro-batch per rank, in the actor's workers) and warns as the TRL path.
         bicc_ratio_mode: unset (``None``), the recipe's default from the table both
             engines read (``algorithms.bicc_defaults.default_bicc_ratio_mode``, the
             recipe of ``loss_mode`` by :func:`loss_recipe`), resolved here once so
@@ -108,22 +115,7 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
         self.check_conspo_fields(WHERE)
         self.check_rcc_fields(WHERE)
         self.check_bicc_fields(WHERE)
-        if self.bicc and self.bicc_form == "distill":
-            raise ValueError(
-                f"{WHERE}bicc_form='distill' is not supported on verl yet: its teacher "
-                "log-probs would have to reach verl's policy-loss call, which takes no extra "
-                "per-token input; use bicc_form='conditioned' here, or the TRL path "
-                "(contrastive-rlvr train --bicc_form distill)"
-            )
-        if self.bicc and self.bicc_transfer_every:
-            logger.warning(
-                "%sbicc_transfer_every=%d: bicc/transfer_cos is measured on the TRL path only; "
-                "verl's actor update does not log it (measure the same recipe with "
-                "`contrastive-rlvr premise` or a short TRL run, docs/bicc.md)",
-                WHERE,
-                self.bicc_transfer_every,
-            )
-        if self.bicc_ratio_mode is None:
+        if self.bicc_ratio_mode is None and not (self.bicc and self.bicc_form == "distill"):
             # Resolved once here so that every reader (driver and workers) sees one mode;
             # verl's configs are frozen after __init__.
             mode = default_bicc_ratio_mode(loss_recipe(self.loss_mode))

@@ -23,7 +23,8 @@ class GroupBalance:
     ``_bicc_rows`` (:class:`~.bicc_hooks.BiCCHooks`)."""
 
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
-        if not self.crlvr.bicc:
+        if not self.crlvr.bicc or self.crlvr.bicc_form == "distill":
+            # the distill form's update reads the plain rows
             return self._balance(batch, metrics, logging_prefix, keep_minibatch)
         # Balance on the lengths the actor's update will see: the conditioned rows (the
         # old / reference passes run on the plain ones). Only the local tags change, and

@@ -94,7 +94,26 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
             )
     if options.bicc:
         check_bicc_token_limits(config, options)
+        check_bicc_distill(config, options)
     return options
+
+
+def check_bicc_distill(config: DictConfig, options: CrlvrPolicyLossConfig) -> None:
+    """Refuse what ``bicc_form: distill`` cannot run with: a reference teacher without a
+    reference model, and verl's own distillation (its loss would replace the one that
+    carries BiCC's term)."""
+    if options.bicc_form != "distill":
+        return
+    if options.bicc_teacher == "reference" and not need_reference_policy(config):
+        raise ValueError(
+            "policy_loss.bicc_teacher='reference' needs verl's reference model: set "
+            "actor_rollout_ref.actor.use_kl_loss=True (kl_loss_coef may be 0)"
+        )
+    if bool((config.get("distillation", None) or {}).get("enabled", False)):
+        raise ValueError(
+            "policy_loss.bicc_form='distill' cannot run with verl's distillation.enabled=True "
+            "(its loss replaces the actor loss that carries BiCC's term); set it to false"
+        )
 
 
 def _rollout_correction(config: DictConfig) -> Any:
@@ -152,6 +171,7 @@ def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) ->
     actor = config.actor_rollout_ref.actor
     return (
         options.bicc
+        and options.bicc_form != "distill"  # the distill form's loss reads the plain prompt
         and options.bicc_kl_reference == "conditioned"
         and bool(actor.get("use_kl_loss", False))
         and float(actor.get("kl_loss_coef", 0.0)) > 0
@@ -170,14 +190,17 @@ def bicc_token_limits(config: DictConfig, options: CrlvrPolicyLossConfig) -> dic
         or 1
     )
     limits: dict[str, int] = {}
-    if arr.actor.get("use_dynamic_bsz", False):
+    distill = options.bicc_form == "distill"
+    # The distill form's update reads the plain rows; only its teacher pass is conditioned.
+    if arr.actor.get("use_dynamic_bsz", False) and not distill:
         limits["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = (
             int(arr.actor.ppo_max_token_len_per_gpu) * sp
         )
     passes = []
-    if recomputes_old_log_probs(config, options):
+    teacher = options.bicc_teacher if distill else None
+    if recomputes_old_log_probs(config, options) or teacher == "sampling":
         passes.append(("rollout", arr.get("rollout", None)))
-    if conditioned_reference(config, options):
+    if conditioned_reference(config, options) or teacher == "reference":
         passes.append(("ref", arr.get("ref", None)))
     for name, section in passes:
         if section is not None and section.get("log_prob_use_dynamic_bsz", False):

@@ -21,6 +21,9 @@ Registered in verl's trainer registry; select it with
   for the duration of the update, then puts the plain rows back. The old
   log-probs of the ``paper`` mode, the RCC delta and the logged metrics all
   see the plain prompt.
+- ``_init_resource_pool_mgr``: with BiCC, the actor's worker is
+  :class:`~.worker.CrlvrActorRolloutRefWorker` (verl's, with the distill term in its
+  loss and the transfer probe ``bicc/transfer_cos``).
 - ``_balance_batch``: with BiCC, balances on the conditioned lengths the
   update sees; with ConSPO, balances whole groups over the data-parallel
   ranks (verl balances rows, which splits groups), after checking the settings
@@ -32,6 +35,10 @@ an in-reward KL penalty (``algorithm.use_kl_in_reward``) for the RCC/ConSPO
 estimators, rollout-correction weights with the ``crlvr_*`` losses,
 ``bicc_mix < 1`` (docs/scale-out.md, "Refused at start").
 
+``bicc_form: distill``: ``_update_actor`` takes the teacher's log-probs on the conditioned
+rows (no gradient), puts the plain rows back and trains on them with the distill term
+(:mod:`.distill`); on probed steps both forms measure ``bicc/transfer_cos`` first.
+
 One module per concern: the start checks in :mod:`.settings`, the advantage hook in
 :mod:`.advantage_hooks`, the BiCC hooks in :mod:`.bicc_hooks`, the balancing in
 :mod:`.group_balance` (mixins before ``PPOTrainerSync``), TransferQueue reads and writes
@@ -40,7 +47,9 @@ in :mod:`.transfer`.
 
 from __future__ import annotations
 
+import ray
 from omegaconf import DictConfig
+from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
@@ -48,6 +57,7 @@ from .advantage_hooks import AdvantageHooks
 from .bicc_hooks import BiCCHooks
 from .group_balance import GroupBalance
 from .settings import TRAINER_NAME, check_settings
+from .worker import CrlvrActorRolloutRefWorker
 
 __all__ = ["TRAINER_NAME", "CrlvrTrainer", "check_settings"]
 
@@ -64,6 +74,17 @@ class CrlvrTrainer(AdvantageHooks, BiCCHooks, GroupBalance, PPOTrainerSync):
     def __init__(self, config: DictConfig) -> None:
         self.crlvr = check_settings(config)
         super().__init__(config)
+
+    def _init_resource_pool_mgr(self) -> None:
+        """verl's, with BiCC's actor worker
+        (:class:`~.worker.CrlvrActorRolloutRefWorker`: the distill term in the actor loss,
+        the transfer probe) where verl puts its ``ActorRolloutRefWorker`` for the actor."""
+        super()._init_resource_pool_mgr()
+        if not self.crlvr.bicc:
+            return
+        for role in (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(CrlvrActorRolloutRefWorker)
 
     @property
     def trainer_mode(self) -> str:

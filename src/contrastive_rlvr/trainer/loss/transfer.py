@@ -4,18 +4,29 @@ that samples, ``pi_theta(. | q)``, the way plain GRPO would on the same batch?""
 
 from __future__ import annotations
 
-import logging
-import math
-
 import torch
 
-from ...algorithms.bicc_transfer import plain_grpo_surrogate, transfer_cosine
+from ...algorithms.bicc_transfer import (
+    PATIENCE,
+    TransferWatch,
+    plain_grpo_surrogate,
+    probe_due,
+    transfer_cosine,
+)
 from .context import LossContext, without_tool_tokens
 
-logger = logging.getLogger(__name__)
+__all__ = ["ADVICE", "DISTILL_ADVICE", "PATIENCE", "TransferProbe"]
 
-#: Probes in a row below the threshold before the run warns.
-PATIENCE = 3
+#: What the low-transfer warning tells a TRL run to do, by BiCC's form.
+ADVICE = (
+    "the conditioned share trains pi(.|[q;O]) in a direction unrelated to the reward on q; "
+    "run --bicc_form distill (the conditioned model as a teacher for the plain prompt), "
+    "lower --bicc_mix, or --bicc false"
+)
+DISTILL_ADVICE = (
+    "the distillation term pulls the plain prompt away from the reward's direction (a "
+    "teacher that does not read the attempts); lower --bicc_distill_weight, or --bicc false"
+)
 
 
 class TransferProbe:
@@ -31,10 +42,14 @@ class TransferProbe:
     plain forward and backward on one micro-batch. Neither touches ``.grad``."""
 
     def __init__(self, every: int, threshold: float, *, distill: bool = False) -> None:
-        self.every, self.threshold, self.distill = every, threshold, distill
-        self.values: list[float] = []
+        self.every, self.threshold = every, threshold
         self._last_step: int | None = None
-        self._low, self.warned = 0, False
+        self.watch = TransferWatch(threshold, DISTILL_ADVICE if distill else ADVICE)
+
+    @property
+    def values(self) -> list[float]:
+        """Every probe's cosine, in order."""
+        return self.watch.values
 
     @classmethod
     def from_config(cls, cfg) -> TransferProbe:
@@ -45,11 +60,11 @@ class TransferProbe:
     def due(self, step: int, loss: torch.Tensor | None = None) -> bool:
         """Whether optimizer step ``step`` is probed (once, on its first micro-batch; never
         on a non-finite ``loss``, which the trainer skips)."""
-        if self.every <= 0 or step == self._last_step:
+        if step == self._last_step:
             return False
         if loss is not None and not bool(torch.isfinite(loss)):
             return False
-        return step == 0 or step % self.every == 0
+        return probe_due(step, self.every)
 
     def __call__(self, model, loss: torch.Tensor, inputs: dict, ctx: LossContext, step: int, log):
         """Measure on a probed step and log ``bicc/transfer_cos`` as ``log("train", key,
@@ -75,36 +90,13 @@ class TransferProbe:
         surrogate = plain_grpo_surrogate(logp, mask, inputs["advantages"].reshape(-1))
         plain = torch.autograd.grad(surrogate, params, allow_unused=True)
         value = transfer_cosine(applied, plain)
-        self.values.append(value)
         self._check(value)
         return value
 
     def _check(self, value: float) -> None:
-        if math.isnan(value):
-            return
-        self._low = self._low + 1 if value < self.threshold else 0
-        if self._low >= PATIENCE and not self.warned:
-            recent = ", ".join(f"{v:.2f}" for v in self.values[-PATIENCE:])
-            if self.distill:
-                what = (
-                    "the distillation term pulls the plain prompt away from the reward's "
-                    "direction (a teacher that does not read the attempts); lower "
-                    "--bicc_distill_weight, or --bicc false"
-                )
-            else:
-                what = (
-                    "the conditioned share trains pi(.|[q;O]) in a direction unrelated to the "
-                    "reward on q; run --bicc_form distill (the conditioned model as a teacher "
-                    "for the plain prompt), lower --bicc_mix, or --bicc false"
-                )
-            logger.warning(
-                "BiCC: the update is not reaching the policy that samples: bicc/transfer_cos "
-                "(cosine with plain GRPO's gradient on the plain prompt) was %s over the last "
-                "%d probes, below %.2f. %s (docs/bicc.md, 'Does BiCC reach the policy that "
-                "samples?')",
-                recent,
-                PATIENCE,
-                self.threshold,
-                what,
-            )
-            self.warned = True
+        self.watch.record(value)
+
+    @property
+    def warned(self) -> bool:
+        """Whether the run has warned (once) about low transfer."""
+        return self.watch.warned
