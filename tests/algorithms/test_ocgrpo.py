@@ -12,7 +12,6 @@ from contrastive_rlvr.algorithms import (
     all_fail_groups,
     guided_prompt,
     hint_prefix,
-    oc_grpo_loss,
     oc_importance_weight,
     oc_merge,
     policy_loss,
@@ -81,7 +80,7 @@ def test_oc_grpo_loss_value_and_gradient_by_hand():
     mask = torch.ones(2, 2)
     adv = torch.tensor([-1.0, 1.0])
     guided = torch.tensor([False, True])
-    loss, metrics = oc_grpo_loss(logp, old, adv, mask, guided=guided)
+    loss, metrics = policy_loss("oc_grpo", logp, old, adv, mask, guided=guided)
     # row 0 (plain, on-policy, rho = 1): -min(rho A, clip(rho) A) = 1 per token, mean 1.
     # row 1 (guided): -w A with w = (0.5, min(3, 2) = 2), mean -1.25.
     # seq-mean-token-mean: (1 - 1.25) / 2.

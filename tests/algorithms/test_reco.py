@@ -13,7 +13,6 @@ from contrastive_rlvr.algorithms import (
     expected_occurrence_weights,
     occurrence_weights,
     policy_loss,
-    reco_loss,
     variance_factor,
 )
 from contrastive_rlvr.algorithms.reco import FACTORS, RESPONSE_WEIGHTS, entropy_factor
@@ -107,7 +106,8 @@ def test_reco_loss_value_and_gradient_by_hand():
 def test_reco_loss_token_mean_uses_the_weighted_token_count():
     logp, mask = _two_rows()
     adv = torch.tensor([[1.0, 1.0], [-2.0, LOUD]])
-    loss, _ = reco_loss(
+    loss, _ = policy_loss(
+        "reco",
         logp,
         logp.detach(),
         adv,
@@ -127,7 +127,7 @@ def test_reco_trust_region_gate():
     # ratios 1.5, 1.5, 0.5, 0.5 with advantages +1, -1, -1, +1 (clip 0.2):
     # gated (no gradient): ratio 1.5 with A > 0 and ratio 0.5 with A < 0.
     adv = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
-    loss, metrics = reco_loss(logp, old, adv, mask, factor_norm="max")
+    loss, metrics = policy_loss("reco", logp, old, adv, mask, factor_norm="max")
     loss.backward()
     f06, f02 = 4 * 0.6 * 0.4, 4 * 0.2 * 0.8
     close(logp.grad, [[0.0, f06 / 4, 0.0, -f02 / 4]])
@@ -144,12 +144,13 @@ def test_reco_mean_factor_averages_one_and_micro_batches_add_up():
     weights = torch.tensor([1.0, 0.5, 0.5, 1.0])
     f = variance_factor(logp, mask)
     close((f * mask).sum() / mask.sum(), 1.0)
-    full, _ = reco_loss(logp, logp.detach(), adv, mask, weights=weights)
+    full, _ = policy_loss("reco", logp, logp.detach(), adv, mask, weights=weights)
     # Micro-batches of 2 rows with the whole batch's normalisers give the same loss.
     p = torch.exp(logp.detach())
     z = ((p * (1 - p)) * mask).sum() / mask.sum()
     parts = [
-        reco_loss(
+        policy_loss(
+            "reco",
             logp[s],
             logp.detach()[s],
             adv[s],
@@ -166,9 +167,11 @@ def test_reco_mean_factor_averages_one_and_micro_batches_add_up():
 def test_reco_loss_kl_needs_reference():
     logp, mask = _two_rows()
     with pytest.raises(ValueError, match="needs ref_logp"):
-        reco_loss(logp, logp.detach(), torch.ones(2), mask, beta=0.1)
+        policy_loss("reco", logp, logp.detach(), torch.ones(2), mask, beta=0.1)
     ref = logp.detach() - math.log(2.0)
-    _, metrics = reco_loss(logp, logp.detach(), torch.ones(2), mask, ref_logp=ref, beta=0.1)
+    _, metrics = policy_loss(
+        "reco", logp, logp.detach(), torch.ones(2), mask, ref_logp=ref, beta=0.1
+    )
     # k3 with l_ref - l = -log 2: exp(-log 2) + log 2 - 1 = 0.5 + 0.693147 - 1
     close(metrics["kl/mean"], 0.5 + math.log(2.0) - 1)
 
@@ -237,11 +240,11 @@ def test_reco_loss_factor_options_are_checked():
     logp, mask = _two_rows()
     adv = torch.tensor([1.0, -2.0])
     with pytest.raises(ValueError, match="factor='entropy' needs entropy"):
-        reco_loss(logp, logp.detach(), adv, mask, factor="entropy")
+        policy_loss("reco", logp, logp.detach(), adv, mask, factor="entropy")
     with pytest.raises(ValueError, match="entropy is only used with factor='entropy'"):
-        reco_loss(logp, logp.detach(), adv, mask, entropy=torch.ones(2, 2))
+        policy_loss("reco", logp, logp.detach(), adv, mask, entropy=torch.ones(2, 2))
     with pytest.raises(ValueError, match="unknown ReCo factor 'ratio'; valid: variance, entropy"):
-        reco_loss(logp, logp.detach(), adv, mask, factor="ratio")
+        policy_loss("reco", logp, logp.detach(), adv, mask, factor="ratio")
     assert FACTORS == ("variance", "entropy") and RESPONSE_WEIGHTS == ("count", "expected")
 
 
@@ -257,7 +260,7 @@ def test_expected_weights_in_the_loss_down_weight_a_likely_response_seen_once():
     close(w, [0.5, 1.0, 1.0, 1.0])
     logp = old.clone().requires_grad_()
     adv = torch.tensor([1.0, -1.0, -1.0, 1.0])
-    loss, metrics = reco_loss(logp, old, adv, mask, weights=w, factor_norm="max")
+    loss, metrics = policy_loss("reco", logp, old, adv, mask, weights=w, factor_norm="max")
     # f = 4 p (1 - p) = 4 * (.25, .0099, .0196, .0291) = (1, .0396, .0784, .1164);
     # terms -w f A = (-.5, .0396, .0784, -.1164), over sum w = 3.5 rows
     close(loss, (-0.5 + 0.0396 + 0.0784 - 0.1164) / 3.5, rtol=1e-5, atol=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -12,9 +13,11 @@ import torch
 from contrastive_rlvr.algorithms import (
     POLICY_LOSSES,
     RECIPES,
+    ClipOptions,
     Recipe,
     get_policy_loss,
     get_recipe,
+    loss_option_names,
     policy_loss,
     recipe_advantages,
     register_policy_loss,
@@ -65,10 +68,24 @@ def test_recipe_table_is_complete():
 def test_loss_defaults_match_the_papers_and_the_signatures(name):
     spec = get_policy_loss(name)
     assert spec.defaults == LOSS_DEFAULTS[name]
-    params = inspect.signature(spec.fn).parameters
-    for key, value in LOSS_DEFAULTS[name].items():
-        assert params[key].default == value  # the function's own default says the same
+    # one signature: the four tensors and the options, whose class states the defaults
+    assert list(inspect.signature(spec.fn).parameters) == [*TENSORS, "options"]
+    assert spec.options(**spec.defaults).clip_high == LOSS_DEFAULTS[name]["clip_high"]
     assert spec.per_row_advantages_only == (name in ("gspo", "gmpo"))
+
+
+TENSORS = ["logp", "old_logp", "advantages", "mask"]
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_every_loss_takes_one_options_object(name):
+    spec = get_policy_loss(name)
+    assert list(inspect.signature(spec.fn).parameters) == [*TENSORS, "options"]
+    assert issubclass(spec.options, ClipOptions)
+    assert loss_option_names(name) >= {"clip_low", "clip_high", "ref_logp", "beta", "num_rows"}
+    # a token-level loss takes the aggregation too, a sequence-level one does not
+    token = {"agg", "max_len", "num_tokens"}
+    assert token <= loss_option_names(name) or not token & loss_option_names(name)
 
 
 def test_recipe_advantages_without_delta():
@@ -138,13 +155,18 @@ def test_unknown_names_list_the_valid_ones():
         get_policy_loss("ppo")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScaleOptions(ClipOptions):
+    scale: float = 1.0
+
+
 def test_a_registered_loss_is_reachable_by_name():
     name = "test_only_linear"
     try:
 
         @register_policy_loss(name, scale=2.0)
-        def linear(logp, old_logp, advantages, mask, *, scale=1.0):
-            loss = -(scale * advantages * (logp * mask).sum(1)).mean()
+        def linear(logp, old_logp, advantages, mask, options: ScaleOptions):
+            loss = -(options.scale * advantages * (logp * mask).sum(1)).mean()
             return loss, {}
 
         logp = torch.tensor([[1.0, 2.0], [3.0, 5.0]])

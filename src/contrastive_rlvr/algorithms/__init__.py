@@ -31,6 +31,8 @@ from .conspo import conspo_loss, conspo_margin, usable_groups
 from .dapo import informative_groups, overlong_penalty
 from .losses import (
     POLICY_LOSSES,
+    ClipOptions,
+    TokenClipOptions,
     get_policy_loss,
     k3_kl,
     loss_option_names,
@@ -107,10 +109,12 @@ __all__ = [
     "ArithmeticStepScorer",
     "BiCCPrompts",
     "BiCCTemplate",
+    "ClipOptions",
     "EncodedTemplate",
     "OCMerge",
     "ProcessScorer",
     "Recipe",
+    "TokenClipOptions",
     "agg_loss",
     "all_fail_groups",
     "avg_at_n",

@@ -1,8 +1,10 @@
 """Policy losses of the GRPO family, one function per paper, behind one registry.
 
-Every loss takes ``(logp, old_logp, advantages, mask)`` then keyword-only
-options, and returns ``(loss, metrics)`` with ``loss`` the scalar to
-*minimise* and ``metrics`` a dict of detached 0-dim tensors:
+Every loss has one signature, ``(logp, old_logp, advantages, mask, options)``, as
+every verl policy loss has one: ``options`` is a frozen :class:`ClipOptions` (or a
+subclass holding the loss's own extras), whose defaults are stated once, there; a
+loss's paper values are its registration's. It returns ``(loss, metrics)`` with
+``loss`` the scalar to *minimise* and ``metrics`` a dict of detached 0-dim tensors:
 
 - ``loss/policy``: the policy term alone (without KL);
 - ``clip/frac``, ``clip/low_frac``, ``clip/high_frac``: share of terms (tokens,
@@ -18,13 +20,13 @@ are per row (B,) or, for the token-level losses, per token (B, T).
 
 from __future__ import annotations
 
-import inspect
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
-from .aggregation import agg_loss
+from .aggregation import AggMode, agg_loss
 from .ops import Tensor, check_same_shape, masked_fill_zero, masked_mean, per_token
 
 # Log-ratios are clamped before exp(): exp(20) ~ 4.9e8 is far past any clip
@@ -34,15 +36,64 @@ LOG_RATIO_LIMIT = 20.0
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClipOptions:
+    """The options of a clipped policy loss, each default stated here once (GRPO's).
+
+    Attributes:
+        clip_low, clip_high: the ratio's clip range ``[1 - clip_low, 1 + clip_high]``.
+        ref_logp: (B, T) reference log-probs, for the k3 KL term and ``kl/mean``.
+        beta: the KL term's weight (> 0 needs ``ref_logp``).
+        num_rows: the rows of the whole batch the loss is divided by (default B).
+    """
+
+    #: The options whose default is a paper's value (a registration may override them).
+    PAPER: typing.ClassVar[tuple[str, ...]] = ("clip_low", "clip_high")
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    ref_logp: Tensor | None = None
+    beta: float = 0.0
+    num_rows: float | Tensor | None = None
+
+    def agg_kwargs(self) -> dict[str, object]:
+        """:func:`agg_loss`'s arguments for the KL term (the sequence losses' mean)."""
+        return dict(mode="seq-mean-token-mean", num_rows=self.num_rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenClipOptions(ClipOptions):
+    """:class:`ClipOptions` of a token-level loss, with its aggregation (:func:`agg_loss`):
+    ``agg`` the mode, ``max_len`` Dr.GRPO's constant (default T), ``num_tokens`` the
+    completion tokens of the whole batch (default ``mask.sum()``)."""
+
+    PAPER: typing.ClassVar[tuple[str, ...]] = ("clip_low", "clip_high", "agg")
+    agg: AggMode = "seq-mean-token-mean"
+    max_len: int | None = None
+    num_tokens: float | Tensor | None = None
+
+    def agg_kwargs(self) -> dict[str, object]:
+        """:func:`agg_loss`'s arguments, for the policy term and the KL term alike."""
+        return dict(
+            mode=self.agg, max_len=self.max_len, num_rows=self.num_rows, num_tokens=self.num_tokens
+        )
+
+
 @dataclass(frozen=True)
 class LossSpec:
-    """A registered policy loss: its function and the paper defaults of its options."""
+    """A registered policy loss: its function, its options' class and the paper values
+    that differ from that class's defaults."""
 
     name: str
     fn: LossFn
-    defaults: dict[str, object] = field(default_factory=dict)
+    options: type[ClipOptions] = ClipOptions
+    overrides: dict[str, object] = field(default_factory=dict)
     per_row_advantages_only: bool = False
     paper: str = ""
+
+    @property
+    def defaults(self) -> dict[str, object]:
+        """The paper defaults of the loss's options (clip bounds, aggregation, ...)."""
+        return {k: getattr(self.options, k) for k in self.options.PAPER} | self.overrides
 
 
 POLICY_LOSSES: dict[str, LossSpec] = {}
@@ -51,12 +102,25 @@ POLICY_LOSSES: dict[str, LossSpec] = {}
 def register_policy_loss(
     name: str, *, per_row_advantages_only: bool = False, paper: str = "", **defaults: object
 ) -> Callable[[LossFn], LossFn]:
-    """Decorator adding a loss to :data:`POLICY_LOSSES`; a duplicate name raises."""
+    """Decorator adding a loss to :data:`POLICY_LOSSES`; a duplicate name raises.
+
+    ``fn(logp, old_logp, advantages, mask, options)``, ``options`` annotated with its
+    :class:`ClipOptions` class; ``defaults``: the paper values that differ from it."""
 
     def wrap(fn: LossFn) -> LossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = LossSpec(name, fn, dict(defaults), per_row_advantages_only, paper)
+        options = typing.get_type_hints(fn).get("options")
+        if not (isinstance(options, type) and issubclass(options, ClipOptions)):
+            raise ValueError(
+                f"policy loss {name!r} must be fn(logp, old_logp, advantages, mask, options) "
+                "with options annotated as a ClipOptions class"
+            )
+        unknown = set(defaults) - {f.name for f in fields(options)}
+        if unknown:
+            raise ValueError(f"policy loss {name!r}: {options.__name__} has no {sorted(unknown)}")
+        spec = LossSpec(name, fn, options, dict(defaults), per_row_advantages_only, paper)
+        POLICY_LOSSES[name] = spec
         return fn
 
     return wrap
@@ -73,8 +137,7 @@ def get_policy_loss(name: str) -> LossSpec:
 
 def loss_option_names(name: str) -> set[str]:
     """The keyword options the registered loss ``name`` accepts."""
-    fn = get_policy_loss(name).fn
-    return set(inspect.signature(fn).parameters) - {"logp", "old_logp", "advantages", "mask"}
+    return {f.name for f in fields(get_policy_loss(name).options)}
 
 
 def policy_loss(
@@ -92,8 +155,8 @@ def policy_loss(
         old_logp: (B, T) log-probs under the sampling policy (no gradient).
         advantages: (B,) or (B, T).
         mask: (B, T), 1 on completion tokens.
-        **options: ``clip_low``, ``clip_high``, ``ref_logp``, ``beta``, ``max_len``,
-            ``agg``, ``num_rows``, ``num_tokens`` as the loss accepts.
+        **options: the fields of the loss's options class (:class:`ClipOptions`,
+            :class:`TokenClipOptions`, or the loss's own subclass).
     Returns:
         ``(loss, metrics)``.
     """
@@ -114,7 +177,8 @@ def policy_loss(
         )
     if not spec.per_row_advantages_only:
         advantages = per_token(advantages, mask)
-    return spec.fn(logp, old_logp, advantages, mask, **{**spec.defaults, **options})
+    chosen = spec.options(**{**spec.defaults, **options})  # type: ignore[arg-type]
+    return spec.fn(logp, old_logp, advantages, mask, chosen)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -156,13 +220,14 @@ def _add_kl(
     loss: Tensor,
     metrics: dict[str, Tensor],
     logp: Tensor,
-    ref_logp: Tensor | None,
     mask: Tensor,
-    beta: float,
-    **agg_kwargs: object,
+    options: ClipOptions,
+    row_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Add ``beta * k3`` aggregated like the policy term; report ``kl/mean``."""
+    """Add ``beta * k3`` aggregated like the policy term (each row's k3 times its (B, 1)
+    ``row_weights`` when given); report ``kl/mean``."""
     metrics["loss/policy"] = loss.detach()
+    ref_logp, beta = options.ref_logp, options.beta
     if ref_logp is None:
         if beta > 0:
             raise ValueError(f"beta={beta} > 0 needs ref_logp (the reference log-probs)")
@@ -171,7 +236,8 @@ def _add_kl(
     kl = k3_kl(logp, ref_logp, mask)
     metrics["kl/mean"] = masked_mean(kl, mask).detach()
     if beta > 0:
-        loss = loss + beta * agg_loss(kl, mask, **agg_kwargs)
+        weighted = kl if row_weights is None else row_weights * kl
+        loss = loss + beta * agg_loss(weighted, mask, **options.agg_kwargs())  # type: ignore[arg-type]
     return loss, metrics
 
 
@@ -187,109 +253,51 @@ def _token_clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, low: float, hi
 
 
 def _token_level_clipped(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    agg: str,
-    ref_logp: Tensor | None,
-    beta: float,
-    max_len: int | None,
-    num_rows: float | None,
-    num_tokens: float | None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: TokenClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped token-ratio surrogate shared by GRPO, DAPO and Dr.GRPO."""
+    low, high = options.clip_low, options.clip_high
     ratio = torch.exp(log_ratio(logp, old_logp, mask))
-    per_tok = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    agg_kwargs = dict(mode=agg, max_len=max_len, num_rows=num_rows, num_tokens=num_tokens)
-    loss = agg_loss(per_tok, mask, **agg_kwargs)
-    metrics = _token_clip_metrics(ratio, advantages, mask, clip_low, clip_high)
-    return _add_kl(loss, metrics, logp, ref_logp, mask, beta, **agg_kwargs)
+    per_tok = _clipped_surrogate(ratio, advantages, low, high)
+    loss = agg_loss(per_tok, mask, **options.agg_kwargs())  # type: ignore[arg-type]
+    metrics = _token_clip_metrics(ratio, advantages, mask, low, high)
+    return _add_kl(loss, metrics, logp, mask, options)
 
 
 # ----------------------------------------------------------------------------- losses
 
 
-@register_policy_loss(
-    "grpo", clip_low=0.2, clip_high=0.2, agg="seq-mean-token-mean", paper="arXiv:2402.03300 Eq. 3"
-)
+@register_policy_loss("grpo", paper="arXiv:2402.03300 Eq. 3")
 def grpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "seq-mean-token-mean",
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    max_len: int | None = None,
-    num_rows: float | None = None,
-    num_tokens: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: TokenClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO (DeepSeekMath, arXiv:2402.03300, Eq. 3).
 
     ``-(1/B) sum_i (1/|o_i|) sum_t min(rho_t A, clip(rho_t, 1-0.2, 1+0.2) A) + beta k3``,
     ``rho_t = exp(logp - old_logp)``.
     """
-    return _token_level_clipped(**locals())
+    return _token_level_clipped(logp, old_logp, advantages, mask, options)
 
 
-@register_policy_loss(
-    "dapo", clip_low=0.2, clip_high=0.28, agg="token-mean", paper="arXiv:2503.14476 Eq. 8"
-)
+@register_policy_loss("dapo", clip_high=0.28, agg="token-mean", paper="arXiv:2503.14476 Eq. 8")
 def dapo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
-    agg: str = "token-mean",
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    max_len: int | None = None,
-    num_rows: float | None = None,
-    num_tokens: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: TokenClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """DAPO (arXiv:2503.14476, Eq. 8): clip-higher (0.2, 0.28) and one token-mean
     over all completion tokens of the batch. Dynamic sampling and the soft
     overlong punishment act on the batch and reward, not here
     (see :mod:`contrastive_rlvr.algorithms.dapo`)."""
-    return _token_level_clipped(**locals())
+    return _token_level_clipped(logp, old_logp, advantages, mask, options)
 
 
-@register_policy_loss(
-    "dr_grpo",
-    clip_low=0.2,
-    clip_high=0.2,
-    agg="seq-mean-token-sum-norm",
-    paper="arXiv:2503.20783 Eq. 4",
-)
+@register_policy_loss("dr_grpo", agg="seq-mean-token-sum-norm", paper="arXiv:2503.20783 Eq. 4")
 def dr_grpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "seq-mean-token-sum-norm",
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    max_len: int | None = None,
-    num_rows: float | None = None,
-    num_tokens: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: TokenClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Dr.GRPO (arXiv:2503.20783, Eq. 4): each row's token sum divided by the
     constant ``max_len`` (default the mask width T), then mean over rows; no
     length bias. Pair with ``group_advantages(scale_by_std=False)``."""
-    return _token_level_clipped(**locals())
+    return _token_level_clipped(logp, old_logp, advantages, mask, options)
 
 
 def _sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
@@ -305,16 +313,7 @@ def _sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     paper="arXiv:2507.18071 Eq. 5-7",
 )
 def gspo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    num_rows: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: ClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO (arXiv:2507.18071, Eq. 5-7), sequence-level.
 
@@ -324,36 +323,25 @@ def gspo_loss(
     """
     if advantages.shape != (logp.shape[0],):
         raise ValueError(f"advantages must be ({logp.shape[0]},), got {list(advantages.shape)}")
+    low, high = options.clip_low, options.clip_high
     seq_ratio = torch.exp(_sequence_log_ratio(logp, old_logp, mask))  # (B,)
-    per_row = _clipped_surrogate(seq_ratio, advantages, clip_low, clip_high)
-    rows = logp.shape[0] if num_rows is None else num_rows
-    loss = per_row.sum() / rows
-    lo, hi = _clip_flags(seq_ratio, advantages, clip_low, clip_high)
+    per_row = _clipped_surrogate(seq_ratio, advantages, low, high)
+    loss = per_row.sum() / (logp.shape[0] if options.num_rows is None else options.num_rows)
+    lo, hi = _clip_flags(seq_ratio, advantages, low, high)
     metrics = {
         "clip/low_frac": lo.float().mean().detach(),
         "clip/high_frac": hi.float().mean().detach(),
         "clip/frac": (lo | hi).float().mean().detach(),
         "ratio/mean": seq_ratio.mean().detach(),
     }
-    return _add_kl(
-        loss, metrics, logp, ref_logp, mask, beta, mode="seq-mean-token-mean", num_rows=num_rows
-    )
+    return _add_kl(loss, metrics, logp, mask, options)
 
 
 @register_policy_loss(
     "gspo_token", clip_low=3e-4, clip_high=4e-4, paper="arXiv:2507.18071 Eq. 13-14"
 )
 def gspo_token_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    num_rows: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: ClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token (arXiv:2507.18071, Eq. 13-14), for per-token advantages.
 
@@ -365,11 +353,11 @@ def gspo_token_loss(
     log_s = _sequence_log_ratio(logp, old_logp, mask).detach()  # (B,)
     safe_logp = masked_fill_zero(logp, mask)
     token_ratio = torch.exp(safe_logp - safe_logp.detach() + log_s.unsqueeze(1))  # (B, T)
-    per_tok = _clipped_surrogate(token_ratio, advantages, clip_low, clip_high)
-    agg_kwargs = dict(mode="seq-mean-token-mean", num_rows=num_rows)
-    loss = agg_loss(per_tok, mask, **agg_kwargs)
-    metrics = _token_clip_metrics(token_ratio, advantages, mask, clip_low, clip_high)
-    return _add_kl(loss, metrics, logp, ref_logp, mask, beta, **agg_kwargs)
+    low, high = options.clip_low, options.clip_high
+    per_tok = _clipped_surrogate(token_ratio, advantages, low, high)
+    loss = agg_loss(per_tok, mask, **options.agg_kwargs())  # type: ignore[arg-type]
+    metrics = _token_clip_metrics(token_ratio, advantages, mask, low, high)
+    return _add_kl(loss, metrics, logp, mask, options)
 
 
 @register_policy_loss(
@@ -380,16 +368,7 @@ def gspo_token_loss(
     paper="arXiv:2507.20673 Eq. 4",
 )
 def gmpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.4,
-    clip_high: float = 0.4,
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    num_rows: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: ClipOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO (arXiv:2507.20673): geometric mean of token ratios, clipped in log space.
 
@@ -401,11 +380,11 @@ def gmpo_loss(
     if advantages.shape != (logp.shape[0],):
         raise ValueError(f"advantages must be ({logp.shape[0]},), got {list(advantages.shape)}")
     d = log_ratio(logp, old_logp, mask)  # (B, T)
-    clipped = d.clamp(-clip_low, clip_high)
+    clipped = d.clamp(-options.clip_low, options.clip_high)
     positive = (advantages > 0).unsqueeze(1)
     d_tilde = torch.where(positive, torch.minimum(d, clipped), torch.maximum(d, clipped))
     weight = torch.exp(masked_mean(d_tilde, mask, dim=1))  # (B,)
-    rows = logp.shape[0] if num_rows is None else num_rows
+    rows = logp.shape[0] if options.num_rows is None else options.num_rows
     loss = -(advantages * weight).sum() / rows
     adv_tok = advantages.unsqueeze(1).expand_as(d)
     # A row with A = 0 has no gradient whatever its ratio: nothing there is "clipped".
@@ -416,6 +395,4 @@ def gmpo_loss(
         "clip/frac": masked_mean(cut.float(), mask).detach(),
         "ratio/mean": weight.mean().detach(),
     }
-    return _add_kl(
-        loss, metrics, logp, ref_logp, mask, beta, mode="seq-mean-token-mean", num_rows=num_rows
-    )
+    return _add_kl(loss, metrics, logp, mask, options)

@@ -41,6 +41,7 @@ import torch
 from .aggregation import agg_loss
 from .losses import (
     LOG_RATIO_LIMIT,
+    TokenClipOptions,
     _add_kl,
     _clipped_surrogate,
     _token_clip_metrics,
@@ -147,30 +148,20 @@ def oc_importance_weight(
     return masked_fill_zero(weight, mask)
 
 
-@register_policy_loss(
-    "oc_grpo",
-    clip_low=0.2,
-    clip_high=0.2,
-    agg="seq-mean-token-mean",
-    paper="OC-GRPO (2026), abstract only; formulas are our reading",
-)
+@dataclass(frozen=True, kw_only=True)
+class OCOptions(TokenClipOptions):
+    """:func:`oc_grpo_loss`'s options: the clipped-loss ones (for the rows sampled without
+    guidance) and OC-GRPO's own: ``guided`` (B,) bool, True on rows sampled with
+    guidance (None: none); ``max_weight``, ``level``: see :func:`oc_importance_weight`."""
+
+    guided: Tensor | None = None
+    max_weight: float = OC_MAX_WEIGHT
+    level: WeightLevel = "token"
+
+
+@register_policy_loss("oc_grpo", paper="OC-GRPO (2026), abstract only; formulas are our reading")
 def oc_grpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    guided: Tensor | None = None,
-    max_weight: float = OC_MAX_WEIGHT,
-    level: WeightLevel = "token",
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "seq-mean-token-mean",
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    max_len: int | None = None,
-    num_rows: float | None = None,
-    num_tokens: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: OCOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """OC-GRPO loss: clipped surrogate on plain rows, truncated-IS term on guided rows.
 
@@ -185,8 +176,7 @@ def oc_grpo_loss(
         logp: (B, T) current log-probs, on the unguided prompt for every row.
         old_logp: (B, T) sampling-time log-probs (guided prompt for guided rows).
         advantages: (B, T) or (B,). mask: (B, T).
-        guided: (B,) bool, True on rows sampled with guidance; None = none.
-        max_weight, level: see :func:`oc_importance_weight`.
+        options: :class:`OCOptions`.
     Returns:
         ``(loss, metrics)``: ``loss/policy``, ``clip/*`` and ``ratio/mean`` over
         the unguided rows' tokens, ``kl/mean`` with ref_logp,
@@ -196,28 +186,30 @@ def oc_grpo_loss(
     """
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = per_token(advantages, mask)
+    guided, level, max_weight = options.guided, options.level, options.max_weight
     if guided is None:
         guided = torch.zeros(logp.shape[0], dtype=torch.bool, device=logp.device)
     check_rows("guided", guided, logp.shape[0])
     g = guided.bool().unsqueeze(1)  # (B, 1)
 
     ratio = torch.exp(log_ratio(logp, old_logp, mask))
-    clipped = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
+    clipped = _clipped_surrogate(ratio, advantages, options.clip_low, options.clip_high)
     weight = oc_importance_weight(logp, old_logp, mask, level=level, max_weight=max_weight)
     safe_logp = masked_fill_zero(logp, mask)
     tis = -(weight.detach() * advantages) * torch.exp(safe_logp - safe_logp.detach())
     per_tok = torch.where(g, tis, clipped)
-    agg_kwargs = dict(mode=agg, max_len=max_len, num_rows=num_rows, num_tokens=num_tokens)
-    loss = agg_loss(per_tok, mask, **agg_kwargs)
+    loss = agg_loss(per_tok, mask, **options.agg_kwargs())  # type: ignore[arg-type]
 
     plain_mask, guided_mask = mask * ~g, mask * g
-    metrics = _token_clip_metrics(ratio, advantages, plain_mask, clip_low, clip_high)
+    metrics = _token_clip_metrics(
+        ratio, advantages, plain_mask, options.clip_low, options.clip_high
+    )
     # The untruncated weight shows how often the truncation bites.
     raw = oc_importance_weight(logp, old_logp, mask, level=level, max_weight=math.inf)
     metrics["oc/guided_frac"] = g.float().mean().detach()
     metrics["oc/weight_mean"] = masked_mean(weight, guided_mask).detach()
     metrics["oc/truncated_frac"] = masked_mean((raw >= max_weight).float(), guided_mask).detach()
-    return _add_kl(loss, metrics, logp, ref_logp, mask, beta, **agg_kwargs)
+    return _add_kl(loss, metrics, logp, mask, options)
 
 
 @dataclass(frozen=True)

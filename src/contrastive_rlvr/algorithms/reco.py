@@ -63,12 +63,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 import torch
 
 from .aggregation import agg_loss
-from .losses import _clip_flags, _token_clip_metrics, k3_kl, log_ratio, register_policy_loss
+from .losses import (
+    TokenClipOptions,
+    _add_kl,
+    _clip_flags,
+    _token_clip_metrics,
+    log_ratio,
+    register_policy_loss,
+)
 from .ops import (
     Tensor,
     check_rows,
@@ -217,35 +225,35 @@ def entropy_factor(
     return h / z.clamp(min=VARIANCE_FLOOR)
 
 
-@register_policy_loss(
-    "reco",
-    clip_low=0.2,
-    clip_high=0.2,
-    agg="seq-mean-token-mean",
-    factor="variance",
-    factor_norm="mean",
-    paper="ReCo (2026), abstract only; formulas are our reading",
-)
+@dataclass(frozen=True, kw_only=True)
+class RecoOptions(TokenClipOptions):
+    """:func:`reco_loss`'s options: the clipped-loss ones (its trust-region gate and
+    aggregation) and ReCo's own.
+
+    Attributes:
+        weights: (B,) response weights (:func:`occurrence_weights` or
+            :func:`expected_occurrence_weights`), or None for ReCo's token factor alone.
+        factor: ``"variance"`` (``p(1-p)``, :func:`variance_factor`) or ``"entropy"``
+            (:func:`entropy_factor`, needs ``entropy``).
+        factor_norm: ``"mean"`` or ``"max"`` (see the two factor functions).
+        variance_mean: Z for ``factor_norm="mean"`` from the whole batch: the mean of the
+            raw factor (``p(1-p)``, or the entropy) over the batch's completion tokens.
+        entropy: (B, T) next-token entropies of the current policy, for ``"entropy"``.
+        vocab_size: V, for ``factor="entropy"`` with ``factor_norm="max"``.
+    """
+
+    PAPER: ClassVar[tuple[str, ...]] = (*TokenClipOptions.PAPER, "factor", "factor_norm")
+    weights: Tensor | None = None
+    factor: Factor = "variance"
+    factor_norm: FactorNorm = "mean"
+    variance_mean: float | Tensor | None = None
+    entropy: Tensor | None = None
+    vocab_size: int | None = None
+
+
+@register_policy_loss("reco", paper="ReCo (2026), abstract only; formulas are our reading")
 def reco_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    weights: Tensor | None = None,
-    factor: Factor = "variance",
-    factor_norm: FactorNorm = "mean",
-    variance_mean: float | Tensor | None = None,
-    entropy: Tensor | None = None,
-    vocab_size: int | None = None,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "seq-mean-token-mean",
-    ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    max_len: int | None = None,
-    num_rows: float | None = None,
-    num_tokens: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, options: RecoOptions
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """ReCo policy loss: variance factor instead of the ratio, occurrence-weighted rows.
 
@@ -258,21 +266,10 @@ def reco_loss(
     Args:
         logp, old_logp, mask: (B, T). advantages: (B, T) (per-row ones are
             broadcast by :func:`policy_loss`).
-        weights: (B,) response weights (:func:`occurrence_weights` or
-            :func:`expected_occurrence_weights`), or None for ReCo's token
-            factor alone.
-        factor: ``"variance"`` (``p(1-p)``, :func:`variance_factor`) or
-            ``"entropy"`` (:func:`entropy_factor`, needs ``entropy``).
-        factor_norm: ``"mean"`` or ``"max"`` (see the two factor functions).
-        variance_mean: Z for ``factor_norm="mean"`` from the whole batch: the
-            mean of the raw factor (``p(1-p)``, or the entropy) over the batch's
-            completion tokens.
-        entropy: (B, T) next-token entropies of the current policy, for
-            ``factor="entropy"``.
-        vocab_size: V, for ``factor="entropy"`` with ``factor_norm="max"``.
-        clip_low, clip_high: the trust-region gate (GRPO 0.2/0.2; DAPO 0.2/0.28).
-        agg, max_len, num_rows, num_tokens: aggregation (:func:`agg_loss`).
-        ref_logp, beta: optional k3 KL to the reference, weighted like the policy term.
+        options: :class:`RecoOptions`; ``clip_low``, ``clip_high``: the trust-region
+            gate (GRPO 0.2/0.2; DAPO 0.2/0.28); ``agg``, ``max_len``, ``num_rows``,
+            ``num_tokens``: aggregation (:func:`agg_loss`); ``ref_logp``, ``beta``:
+            optional k3 KL to the reference, weighted like the policy term.
     Returns:
         ``(loss, metrics)``: ``loss/policy``, ``clip/*`` and ``ratio/mean`` as
         the other losses (``clip/*`` = share of tokens the gate zeroes),
@@ -283,38 +280,42 @@ def reco_loss(
     """
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = per_token(advantages, mask)
+    o, weights, entropy = options, options.weights, options.entropy
     rows = logp.shape[0]
     w = torch.ones(rows, dtype=logp.dtype, device=logp.device) if weights is None else weights
     check_rows("weights", w, rows)
     w = w.detach().to(logp.dtype).unsqueeze(1)  # (B, 1)
     if weights is not None:
-        num_rows = w.sum() if num_rows is None else num_rows
-        num_tokens = (w * mask).sum() if num_tokens is None else num_tokens
+        num_rows = w.sum() if o.num_rows is None else o.num_rows
+        num_tokens = (w * mask).sum() if o.num_tokens is None else o.num_tokens
+        o = replace(o, num_rows=num_rows, num_tokens=num_tokens)
 
     ratio = torch.exp(log_ratio(logp, old_logp, mask))
-    low, high = _clip_flags(ratio, advantages, clip_low, clip_high)
+    low, high = _clip_flags(ratio, advantages, o.clip_low, o.clip_high)
     keep = ~(low | high)
-    if factor == "variance":
+    if o.factor == "variance":
         if entropy is not None:
             raise ValueError("reco_loss: entropy is only used with factor='entropy'")
-        f = variance_factor(logp, mask, factor_norm=factor_norm, variance_mean=variance_mean)
-    elif factor == "entropy":
+        f = variance_factor(logp, mask, factor_norm=o.factor_norm, variance_mean=o.variance_mean)
+    elif o.factor == "entropy":
         if entropy is None:
             raise ValueError("reco_loss: factor='entropy' needs entropy, the (B, T) entropies")
         f = entropy_factor(
-            entropy, mask, factor_norm=factor_norm, factor_mean=variance_mean, vocab_size=vocab_size
+            entropy,
+            mask,
+            factor_norm=o.factor_norm,
+            factor_mean=o.variance_mean,
+            vocab_size=o.vocab_size,
         )
     else:
-        raise ValueError(f"unknown ReCo factor {factor!r}; valid: {', '.join(FACTORS)}")
+        raise ValueError(f"unknown ReCo factor {o.factor!r}; valid: {', '.join(FACTORS)}")
     safe_logp = masked_fill_zero(logp, mask)
     unit = torch.exp(safe_logp - safe_logp.detach())  # value 1, gradient d logp
     per_tok = -(w * keep * f * advantages) * unit
-    agg_kwargs = dict(mode=agg, max_len=max_len, num_rows=num_rows, num_tokens=num_tokens)
-    loss = agg_loss(per_tok, mask, **agg_kwargs)
+    loss = agg_loss(per_tok, mask, **o.agg_kwargs())  # type: ignore[arg-type]
 
     p = torch.exp(safe_logp.detach())
-    metrics = _token_clip_metrics(ratio, advantages, mask, clip_low, clip_high)
-    metrics["loss/policy"] = loss.detach()
+    metrics = _token_clip_metrics(ratio, advantages, mask, o.clip_low, o.clip_high)
     metrics["reco/factor_max"] = masked_fill_zero(f, mask).max()
     metrics["reco/variance_mean"] = masked_mean(p * (1 - p), mask)
     metrics["reco/saturated_frac"] = masked_mean((p >= SATURATED_PROB).float(), mask)
@@ -322,12 +323,5 @@ def reco_loss(
         metrics["reco/entropy_mean"] = masked_mean(entropy.detach(), mask)
     if weights is not None:
         metrics["reco/distinct_frac"] = w.sum() / rows
-    if ref_logp is not None:
-        check_same_shape(logp=logp, ref_logp=ref_logp)
-        kl = k3_kl(logp, ref_logp, mask)
-        metrics["kl/mean"] = masked_mean(kl, mask).detach()
-        if beta > 0:
-            loss = loss + beta * agg_loss(w * kl, mask, **agg_kwargs)
-    elif beta > 0:
-        raise ValueError(f"beta={beta} > 0 needs ref_logp (the reference log-probs)")
+    loss, metrics = _add_kl(loss, metrics, logp, mask, o, row_weights=w)
     return loss, {k: v.detach() for k, v in metrics.items()}
