@@ -217,9 +217,9 @@ def build_batch(shapes: Shapes, device: str, seed: int) -> dict[str, torch.Tenso
         rewards,
         shapes.group,
         template,
-        max_seq_len=shapes.max_seq_len,
+        budget=int(shapes.context_ratio * shapes.max_seq_len),
         pad_token_id=PAD,
-        context_ratio=shapes.context_ratio,
+        framing="inside",
     )
     width = int(lengths.max())
     completion_ids = torch.full((rows, width), PAD, dtype=torch.long)

@@ -108,6 +108,7 @@ def measure(
             pad_token_id=pad,
             placement=placement,
             strip_token_ids={eos, pad},
+            framing="inside",
         )
         cond = [built.input_ids[i][built.attention_mask[i].bool()].tolist() for i in range(group)]
         plain = sequence_logps(model, [q + c for c in comps], [len(q)] * group)

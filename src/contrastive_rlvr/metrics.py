@@ -78,7 +78,8 @@ TRL_LOSS_METRIC_KEYS = {
 
 #: The core losses' metric names (``contrastive_rlvr.algorithms``) -> the name a run logs:
 #: TRL's, for the quantities TRL's ``_compute_loss`` logs too (the same definitions), so
-#: one quantity has one key whichever loss route computed it.
+#: one quantity has one key whichever loss route computed it. The core keeps its names:
+#: verl logs them as ``crlvr/<core key>``, which renaming them would change.
 LOGGED_NAMES = {
     "clip/frac": "clip_ratio/region_mean",
     "clip/low_frac": "clip_ratio/low_mean",

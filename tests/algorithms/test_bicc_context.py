@@ -4,6 +4,7 @@ toy language model showing how a caller gets the old log-probs of each ratio mod
 
 from __future__ import annotations
 
+import inspect
 import random
 
 import pytest
@@ -48,8 +49,12 @@ REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
 
 
 def build(**kw):
-    args = dict(max_seq_len=100, pad_token_id=PAD, context_ratio=0.4)
+    """The prompts with the budget ``floor(context_ratio * max_seq_len)``, framing inside
+    (the numbers below count the framing in the budget), unless ``budget`` is given."""
+    args = dict(max_seq_len=100, pad_token_id=PAD, context_ratio=0.4, framing="inside")
     args.update(kw)
+    ratio, length = args.pop("context_ratio"), args.pop("max_seq_len")
+    args.setdefault("budget", int(ratio * length))
     completions = args.pop("completions", COMPLETIONS)
     rewards = args.pop("rewards", REWARDS)
     prompts = args.pop("prompts", PROMPTS)
@@ -183,9 +188,9 @@ def test_context_never_exceeds_the_budget_random_groups():
             rewards,
             g,
             ENC,
-            max_seq_len=max_seq_len,
+            budget=int(ratio * max_seq_len),
             pad_token_id=PAD,
-            context_ratio=ratio,
+            framing="inside",
         )
         assert (p.context_tokens <= int(ratio * max_seq_len)).all()
         for i in range(g):
@@ -267,21 +272,15 @@ def test_water_fill_properties():
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("ratio", [0.0, 1.0, 1.5, -0.1])
-def test_context_ratio_outside_unit_interval(ratio):
-    with pytest.raises(ValueError, match=f"context_ratio must be in \\(0, 1\\), got {ratio}"):
-        build(context_ratio=ratio)
-
-
 def test_bad_layout_and_options():
     with pytest.raises(ValueError, match="8 prompts but 7 completions"):
         build(completions=COMPLETIONS[:7])
     with pytest.raises(ValueError, match=r"rewards must have shape \(8,\)"):
         build(rewards=REWARDS[:6])
     with pytest.raises(ValueError, match="group_size=3 does not divide"):
-        build_bicc_prompts(PROMPTS, COMPLETIONS, REWARDS, 3, ENC, max_seq_len=100, pad_token_id=0)
+        build_bicc_prompts(PROMPTS, COMPLETIONS, REWARDS, 3, ENC, budget=40, pad_token_id=0)
     with pytest.raises(ValueError, match="group_size=1 is too small"):
-        build_bicc_prompts(PROMPTS, COMPLETIONS, REWARDS, 1, ENC, max_seq_len=100, pad_token_id=0)
+        build_bicc_prompts(PROMPTS, COMPLETIONS, REWARDS, 1, ENC, budget=40, pad_token_id=0)
     with pytest.raises(ValueError, match="placement must be"):
         build(placement="middle")
     with pytest.raises(ValueError, match="truncation must be"):
@@ -410,14 +409,13 @@ def test_context_budget_bad_input():
         context_budget(0.4, longest_prompt=1, max_completion_length=1, max_seq_len=0)
 
 
-def test_budget_argument_replaces_max_seq_len():
+def test_the_budget_is_given_in_tokens_and_nothing_else_is_taken():
     # budget 9 = the 9 tokens of ctx_pos exactly; the 13-token ctx_neg is cut to fit.
-    p = build(max_seq_len=None, budget=9)
+    p = build(budget=9)
     assert int(p.context_tokens[0]) == 9 and int(p.context_tokens[1]) <= 9
-    with pytest.raises(ValueError, match="exactly one of max_seq_len and budget"):
-        build(budget=9)  # max_seq_len=100 given too
-    with pytest.raises(ValueError, match="exactly one of max_seq_len and budget"):
-        build(max_seq_len=None)
+    params = inspect.signature(build_bicc_prompts).parameters
+    assert params["budget"].default is inspect.Parameter.empty
+    assert "context_ratio" not in params and "max_seq_len" not in params
 
 
 # ----------------------------------------------------------------------------- chat prompts

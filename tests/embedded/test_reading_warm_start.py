@@ -69,7 +69,7 @@ def test_context_prompt_equals_bicc_conditioned_prompt(tok):
         torch.tensor([1.0, 0.0, 0.0, 1.0]),
         4,
         template,
-        max_seq_len=4096,
+        budget=1638,  # floor(0.4 * 4096)
         pad_token_id=tok.pad_token_id,
         strip_token_ids={tok.eos_token_id, tok.pad_token_id},
     )
@@ -145,6 +145,7 @@ def test_context_prompt_with_budget_equals_bicc_conditioned_prompt(tok):
         template,
         budget=102,
         pad_token_id=tok.pad_token_id,
+        framing="inside",
         strip_token_ids={tok.eos_token_id, tok.pad_token_id},
     )
     row0 = built.input_ids[0][built.attention_mask[0].bool()].tolist()

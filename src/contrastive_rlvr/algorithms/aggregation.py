@@ -14,12 +14,12 @@ whole batch to every micro-batch and sum the micro-batch losses.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from .ops import Tensor, check_same_shape, masked_mean, masked_sum
 
 AggMode = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
-AGG_MODES: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+AGG_MODES: tuple[str, ...] = get_args(AggMode)
 
 
 def agg_loss(

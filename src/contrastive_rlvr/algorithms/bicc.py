@@ -30,7 +30,7 @@ Context budget (the paper's "context ratio", Table 3): we read it as a token
 budget ``floor(context_ratio * L)``, with ``L`` the run's own sequence length,
 longest prompt plus ``max_completion_length`` (:func:`context_budget`), so the
 ratio is the share of the sequence given to the opposite attempts. The
-trainer's default pays the framing text on top (``framing="outside"``,
+default pays the framing text on top (``framing="outside"``,
 :func:`context_plan`); ``"inside"`` counts it in the budget. The budget is
 shared among the
 opposite completions by water-filling: completions shorter than an equal share
@@ -60,6 +60,9 @@ BICC_RATIO_MODES: tuple[str, ...] = get_args(BiCCRatioMode)
 #: framing text on top); ``"inside"``, the framing and the attempts together.
 FramingBudget = Literal["outside", "inside"]
 FRAMING_BUDGETS: tuple[str, ...] = get_args(FramingBudget)
+#: The one default of ``framing`` (the functions here, the rows' builder, the stage and
+#: ``bicc_framing_budget`` on both engines).
+DEFAULT_FRAMING: FramingBudget = "outside"
 #: Which opposite completions a row reads: ``"partition"``, all of them (the paper);
 #: ``"one_opposite"``, one each (the authors' public code, docs/bicc.md).
 Pairing = Literal["partition", "one_opposite"]
@@ -233,7 +236,7 @@ def context_plan(
     template: EncodedTemplate,
     budget: int,
     *,
-    framing: FramingBudget = "inside",
+    framing: FramingBudget = DEFAULT_FRAMING,
     room: int | None = None,
 ) -> list[int]:
     """How many tokens of each attempt (of the given lengths, in group order) a context
@@ -268,7 +271,7 @@ def build_context(
     budget: int,
     truncation: Truncation,
     *,
-    framing: FramingBudget = "inside",
+    framing: FramingBudget = DEFAULT_FRAMING,
     room: int | None = None,
 ) -> list[int]:
     """Token ids of ``header + [prefix_k + completion_k + suffix]... + footer`` within
@@ -389,9 +392,7 @@ def build_bicc_prompts(
     template: EncodedTemplate,
     *,
     pad_token_id: int,
-    max_seq_len: int | None = None,
-    budget: int | None = None,
-    context_ratio: float = 0.4,
+    budget: int,
     threshold: float = 0.5,
     truncation: Truncation = "middle",
     placement: Placement = "after_prompt",
@@ -399,7 +400,7 @@ def build_bicc_prompts(
     prompt_messages: Sequence[Messages] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     render: RenderChat | None = None,
-    framing: FramingBudget = "inside",
+    framing: FramingBudget = DEFAULT_FRAMING,
     room: int | None = None,
     pairing: Pairing = "partition",
 ) -> BiCCPrompts:
@@ -412,10 +413,7 @@ def build_bicc_prompts(
         group_size: G >= 2.
         template: the framing, from :meth:`BiCCTemplate.encode`.
         pad_token_id: id used for left padding.
-        max_seq_len: the length the context budget is a share of
-            (``floor(context_ratio * max_seq_len)``); give this or ``budget``.
         budget: the context budget in tokens, e.g. from :func:`context_budget`.
-        context_ratio: share of ``max_seq_len`` for the added context, in (0, 1).
         threshold: reward above which a completion is correct.
         truncation: how a completion longer than its share is cut.
         placement: one of :data:`BICC_PLACEMENTS` (module docstring).
@@ -438,14 +436,8 @@ def build_bicc_prompts(
     if len(completion_ids) != n_rows:
         raise ValueError(f"{n_rows} prompts but {len(completion_ids)} completions")
     check_rows("rewards", rewards, n_rows)
-    if not 0.0 < context_ratio < 1.0:
-        raise ValueError(f"context_ratio must be in (0, 1), got {context_ratio}")
     if truncation not in TRUNCATIONS:
         raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
-    if (max_seq_len is None) == (budget is None):
-        raise ValueError("give exactly one of max_seq_len and budget")
-    if budget is None:
-        budget = int(context_ratio * max_seq_len)
     if prompt_messages is not None and len(prompt_messages) != n_rows:
         raise ValueError(f"{n_rows} prompts but {len(prompt_messages)} prompt_messages")
     placement = resolve_placement(placement, prompt_messages is not None)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .bicc import (
+    DEFAULT_FRAMING,
     BiCCPrompts,
     EncodedTemplate,
     Messages,
@@ -84,7 +85,7 @@ class BiCCRowBuilder:
     placement: str
     threshold: float
     strip_token_ids: frozenset[int] = field(default_factory=frozenset)
-    framing: str = "outside"
+    framing: str = DEFAULT_FRAMING
     pairing: str = "partition"
 
     def budget(self, longest_prompt: int, max_positions: int | None = None) -> int:
@@ -155,7 +156,6 @@ class BiCCRowBuilder:
             self.template,
             budget=budget,
             pad_token_id=pad_token_id,
-            context_ratio=self.context_ratio,
             threshold=self.threshold,
             truncation=self.truncation,
             placement=self.placement,

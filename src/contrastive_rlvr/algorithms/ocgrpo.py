@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -60,9 +60,9 @@ from .ops import (
 )
 
 WeightLevel = Literal["token", "sequence", "geometric"]
-OC_WEIGHT_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
+OC_WEIGHT_LEVELS: tuple[str, ...] = get_args(WeightLevel)
 MixMode = Literal["replace", "append"]
-OC_MIX_MODES: tuple[str, ...] = ("replace", "append")
+OC_MIX_MODES: tuple[str, ...] = get_args(MixMode)
 HintUnit = Literal["chars", "words"]
 # Our default truncation of the off-context weight (the abstract gives none).
 OC_MAX_WEIGHT = 2.0

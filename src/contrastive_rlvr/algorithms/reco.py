@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 import torch
 
@@ -89,11 +89,11 @@ from .ops import (
 )
 
 FactorNorm = Literal["mean", "max"]
-FACTOR_NORMS: tuple[str, ...] = ("mean", "max")
+FACTOR_NORMS: tuple[str, ...] = get_args(FactorNorm)
 Factor = Literal["variance", "entropy"]
-FACTORS: tuple[str, ...] = ("variance", "entropy")
+FACTORS: tuple[str, ...] = get_args(Factor)
 ResponseWeights = Literal["count", "expected"]
-RESPONSE_WEIGHTS: tuple[str, ...] = ("count", "expected")
+RESPONSE_WEIGHTS: tuple[str, ...] = get_args(ResponseWeights)
 # The largest Bernoulli variance p(1 - p), at p = 1/2.
 MAX_VARIANCE = 0.25
 # Floor of the mean variance: a batch of fully saturated tokens (mean 0) gives

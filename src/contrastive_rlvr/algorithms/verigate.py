@@ -39,7 +39,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 import torch
 
@@ -51,9 +51,9 @@ from .ops import Tensor, check_rows, check_same_shape, group_view, num_groups, p
 from .step_checker import ArithmeticStepScorer as ArithmeticStepScorer
 
 StepRule = Literal["lines", "chain", "regex"]
-STEP_RULES: tuple[str, ...] = ("lines", "chain", "regex")
+STEP_RULES: tuple[str, ...] = get_args(StepRule)
 ProcessNorm = Literal["steps", "cumulated"]
-PROCESS_NORMS: tuple[str, ...] = ("steps", "cumulated")
+PROCESS_NORMS: tuple[str, ...] = get_args(ProcessNorm)
 #: DeepSeekMath's order (normalise the step scores, then cumulate): an all-right
 #: group gets zero advantages (module docstring).
 DEFAULT_PROCESS_NORM: ProcessNorm = "steps"

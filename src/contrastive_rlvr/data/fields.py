@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..rewards.extract import normalize_answer
 
 PROMPT_FIELDS: tuple[str, ...] = ("prompt", "messages", "problem", "question")
 ANSWER_FIELDS: tuple[str, ...] = ("answer", "final_answer", "target")
 AnswerFormat = Literal["auto", "gsm8k", "plain"]
-ANSWER_FORMATS: tuple[str, ...] = ("auto", "gsm8k", "plain")
+ANSWER_FORMATS: tuple[str, ...] = get_args(AnswerFormat)
 _GSM8K_MARKER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 # "1,234" in GSM8K answers is a thousands separator, not a tuple.
 _THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .extract import answer_tag, completion_text, last_boxed
 
 FormatStyle = Literal["boxed", "answer_tag", "think_answer"]
-FORMAT_STYLES: tuple[str, ...] = ("boxed", "answer_tag", "think_answer")
+FORMAT_STYLES: tuple[str, ...] = get_args(FormatStyle)
 _THINK_ANSWER = re.compile(r"\s*<think>.*?</think>\s*<answer>(.+?)</answer>\s*", re.DOTALL)
 
 

@@ -35,7 +35,7 @@ import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from transformers import TrainerCallback
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 logger = logging.getLogger(__name__)
 
 NonFinitePolicy = Literal["error", "skip_group"]
-NONFINITE_POLICIES: tuple[str, ...] = ("error", "skip_group")
+NONFINITE_POLICIES: tuple[str, ...] = get_args(NonFinitePolicy)
 #: Returned by a guarded reward for a non-finite value under ``skip_group``.
 NONFINITE_MARKER = math.inf
 #: Default budget of the pre-step copy (parameters + optimizer state), bytes.

@@ -105,7 +105,9 @@ def resolve_clip(cfg) -> None:
     setting each; both end up with the resolved value (the loss's paper default if unset).
 
     As in TRL, an ``epsilon`` without ``epsilon_high`` sets both bounds when the recipe's
-    bounds are symmetric (GRPO, Dr.GRPO); DAPO's and GSPO's upper bound stays their own."""
+    bounds are symmetric (GRPO, Dr.GRPO); DAPO's and GSPO's upper bound stays their own.
+    Both names stay: TRL's users and TRL's loss read ``epsilon``, the project's recipes
+    and configs ``clip_low``; dropping either would change what a user types."""
     if cfg.recipe == "conspo":
         for name in ("epsilon", "epsilon_high", "clip_low", "clip_high"):
             if getattr(cfg, name) is not None:
