@@ -279,8 +279,21 @@ def build_context(
 
     Returns [] when not even one token of one completion fits.
     """
-    kept = context_plan([len(c) for c in completions], header, template, budget,
-                        framing=framing, room=room)  # fmt: skip
+    kept = context_plan(
+        [len(c) for c in completions], header, template, budget, framing=framing, room=room
+    )
+    return _assemble(completions, header, template, kept, truncation)
+
+
+def _assemble(
+    completions: Sequence[Sequence[int]],
+    header: list[int],
+    template: EncodedTemplate,
+    kept: Sequence[int],
+    truncation: Truncation,
+) -> list[int]:
+    """The context of the first ``len(kept)`` completions, each cut to its ``kept``
+    tokens ([] when ``kept`` is empty)."""
     if not kept:
         return []
     out = list(header)
@@ -443,87 +456,124 @@ def build_bicc_prompts(
     placement = resolve_placement(placement, prompt_messages is not None)
     if placement == "user_turn" and (decode is None or render is None):
         raise ValueError("placement 'user_turn' needs decode and render (the chat template)")
-    strip = set(strip_token_ids)
-
-    def clean(ids: Sequence[int]) -> list[int]:
-        ids = list(ids)
-        while ids and ids[-1] in strip:
-            ids.pop()
-        return ids
-
     if pairing not in BICC_PAIRINGS:
         raise ValueError(f"pairing must be one of {BICC_PAIRINGS}, got {pairing!r}")
+    plan = _Rows(template, budget, truncation, placement, framing, room, pairing, decode, render)
+    attempts = [_strip_end(list(ids), set(strip_token_ids)) for ids in completion_ids]
     positive, two_sided = partition_by_reward(rewards, group_size, threshold=threshold)
     rows: list[list[int]] = []
-    added: list[int] = []
-    stats: list[tuple[int, int, int, int]] = []  # whole, cut, kept tokens, attempt tokens
+    counts: list[tuple[int, ...]] = []  # added tokens, whole, cut, kept tokens, attempt tokens
     for g in range(0, n_rows, group_size):
         members = range(g, g + group_size)
-        sides = {side: [j for j in members if bool(positive[j]) == side] for side in (True, False)}
-        contexts: dict[tuple[bool, int], list[int]] = {}  # (side, opposite pick) -> ids
-        rendered: dict[tuple[bool, int], list[int]] = {}  # one chat rendering per context
-        counted: dict[tuple[bool, int], tuple[int, int, int, int]] = {}
-        for i in members:
-            side = bool(positive[i])
-            prompt = list(prompt_ids[i])
-            if not bool(two_sided[g]):
-                rows.append(prompt)
-                added.append(0)
-                stats.append((0, 0, 0, 0))
-                continue
-            # Rows on `side` see completions of the other side: all, or one (round robin).
-            opposite = sides[not side]
-            pick = sides[side].index(i) % len(opposite) if pairing == "one_opposite" else -1
-            key = (side, pick)
-            chosen = opposite if pick < 0 else [opposite[pick]]
-            attempts = [clean(completion_ids[j]) for j in chosen]
-            if key not in contexts:
-                header = template.header_correct if not side else template.header_wrong
-                contexts[key] = build_context(attempts, header, template, budget, truncation,
-                                              framing=framing, room=room)  # fmt: skip
-                kept = context_plan([len(a) for a in attempts], header, template, budget,
-                                    framing=framing, room=room)  # fmt: skip
-                lengths = [len(a) for a in attempts]
-                whole = sum(1 for n, m in zip(kept, lengths, strict=False) if n >= m)
-                counted[key] = (whole, len(attempts) - whole, sum(kept), sum(lengths))
-            context = contexts[key]
-            if not context:
-                row = prompt
-            elif placement == "user_turn":
-                if key not in rendered:
-                    rendered[key] = chat_conditioned_prompt(
-                        prompt_messages[i], context, decode=decode, render=render
-                    )
-                row = rendered[key]
-            elif placement == "after_prompt":
-                row = prompt + context
-            else:
-                row = context + prompt
+        if not bool(two_sided[g]):
+            rows += [list(prompt_ids[i]) for i in members]
+            counts += [(0, 0, 0, 0, 0)] * group_size
+            continue
+        for row, count in plan.group(members, positive, prompt_ids, attempts, prompt_messages):
             rows.append(row)
-            # The chat rendering re-tokenises the decoded context: count what it added.
-            added.append(len(row) - len(prompt))
-            stats.append(counted[key])
+            counts.append(count)
     # Identical prompts share the first row's index (plain prompts of one group too).
     first_seen: dict[tuple[int, ...], int] = {}
     prefix_index = [first_seen.setdefault(tuple(r), i) for i, r in enumerate(rows)]
+    input_ids, attention_mask = _left_padded(rows, pad_token_id)
+    stats = torch.tensor(counts, dtype=torch.long).reshape(n_rows, 5)
+    return BiCCPrompts(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        context_tokens=stats[:, 0],
+        conditioned=stats[:, 0] > 0,
+        positive=positive,
+        prefix_index=torch.tensor(prefix_index, dtype=torch.long),
+        whole_attempts=stats[:, 1],
+        cut_attempts=stats[:, 2],
+        kept_attempt_tokens=stats[:, 3],
+        attempt_tokens=stats[:, 4],
+    )
+
+
+def _strip_end(ids: list[int], strip: Collection[int]) -> list[int]:
+    """``ids`` without the ``strip`` ids at its end (an EOS inside a prompt ends the text)."""
+    while ids and ids[-1] in strip:
+        ids.pop()
+    return ids
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """How :func:`build_bicc_prompts` builds the rows of a two-sided group: its settings."""
+
+    template: EncodedTemplate
+    budget: int
+    truncation: Truncation
+    placement: str
+    framing: FramingBudget
+    room: int | None
+    pairing: Pairing
+    decode: Callable[[list[int]], str] | None
+    render: RenderChat | None
+
+    def context(self, attempts: list[list[int]], side: bool) -> tuple[list[int], tuple]:
+        """The context a row of ``side`` reads (the opposite ``attempts``, framed) and its
+        counts: attempts whole, cut or left out, kept tokens, the attempts' tokens."""
+        header = self.template.header_correct if not side else self.template.header_wrong
+        lengths = [len(a) for a in attempts]
+        kept = context_plan(
+            lengths, header, self.template, self.budget, framing=self.framing, room=self.room
+        )
+        whole = sum(1 for n, m in zip(kept, lengths, strict=False) if n >= m)
+        context = _assemble(attempts, header, self.template, kept, self.truncation)
+        return context, (whole, len(attempts) - whole, sum(kept), sum(lengths))
+
+    def group(
+        self,
+        members: range,
+        positive: Tensor,
+        prompt_ids: Sequence[Sequence[int]],
+        attempts: list[list[int]],
+        messages: Sequence[Messages] | None,
+    ) -> list[tuple[list[int], tuple]]:
+        """Each row of a two-sided group (``members``) with its counts: tokens added, then
+        :meth:`context`'s. ``attempts``: every row's completion, its end ids stripped. A
+        context is built (and rendered) once per side and pick."""
+        sides = {side: [j for j in members if bool(positive[j]) == side] for side in (True, False)}
+        contexts: dict[tuple[bool, int], tuple[list[int], tuple]] = {}  # (side, pick) -> ...
+        rendered: dict[tuple[bool, int], list[int]] = {}  # one chat rendering per context
+        out = []
+        for i in members:
+            side = bool(positive[i])
+            # Rows on `side` see completions of the other side: all, or one (round robin).
+            opposite = sides[not side]
+            pick = sides[side].index(i) % len(opposite) if self.pairing == "one_opposite" else -1
+            key = (side, pick)
+            if key not in contexts:
+                chosen = opposite if pick < 0 else [opposite[pick]]
+                contexts[key] = self.context([attempts[j] for j in chosen], side)
+            context, count = contexts[key]
+            prompt = list(prompt_ids[i])
+            if not context:
+                row = prompt
+            elif self.placement == "user_turn":
+                if key not in rendered:
+                    rendered[key] = chat_conditioned_prompt(
+                        messages[i], context, decode=self.decode, render=self.render
+                    )
+                row = rendered[key]
+            elif self.placement == "after_prompt":
+                row = prompt + context
+            else:
+                row = context + prompt
+            # The chat rendering re-tokenises the decoded context: count what it added.
+            out.append((row, (len(row) - len(prompt), *count)))
+        return out
+
+
+def _left_padded(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """(B, P) ids left-padded with ``pad_token_id`` and their (B, P) attention mask."""
     width = max(len(r) for r in rows)
-    input_ids = torch.full((n_rows, width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((n_rows, width), dtype=torch.long)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
         if r:
             input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[i, width - len(r) :] = 1
-    context_tokens = torch.tensor(added, dtype=torch.long)
-    counts = torch.tensor(stats, dtype=torch.long).reshape(n_rows, 4)
-    return BiCCPrompts(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        context_tokens=context_tokens,
-        conditioned=context_tokens > 0,
-        positive=positive,
-        prefix_index=torch.tensor(prefix_index, dtype=torch.long),
-        whole_attempts=counts[:, 0],
-        cut_attempts=counts[:, 1],
-        kept_attempt_tokens=counts[:, 2],
-        attempt_tokens=counts[:, 3],
-    )
+    return input_ids, attention_mask
