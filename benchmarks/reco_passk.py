@@ -123,6 +123,13 @@ def main() -> None:
             curves[arm][seed] = pass_at_ks(Path(last), args.terms, args.n, args.eval_seed, ks)
             print(json.dumps({"arm": arm, "seed": seed, "k": ks, "pass@k": curves[arm][seed]}))
 
+    _print_tables(curves, arms, seeds, ks)
+
+
+def _print_tables(
+    curves: dict[str, dict[int, list[float]]], arms: list[str], seeds: list[int], ks: list[int]
+) -> None:
+    """The pass@k table of every arm (mean over seeds) and each arm's paired gap to GRPO."""
     print(f"\n| arm | {' | '.join(f'pass@{k}' for k in ks)} |")
     print("|---|" + "---|" * len(ks))
     for arm in arms:

@@ -113,6 +113,76 @@ def _device_module() -> types.ModuleType:
     return mod
 
 
+class _CPUPlatform:
+    """verl on the CPU: device ``cpu``, gloo, Ray's logical GPUs as the worker slots."""
+
+    device_name = "cpu"
+    vendor_name = "cpu"
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return True
+
+    def current_device(self) -> torch.device:
+        # verl passes it as a device (`model.to(device=get_device_id())`), where 0
+        # would mean the accelerator
+        return torch.device("cpu")
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        return None
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    @contextlib.contextmanager
+    def nvtx_range(self, msg: str):
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def ray_resource_name(self) -> str:
+        return "GPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self) -> None:
+        return None
+
+
 def _register_platform() -> None:
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry
@@ -120,75 +190,10 @@ def _register_platform() -> None:
     device = _device_module()
 
     @PlatformRegistry.register(platform="cpu")
-    class PlatformCPU(PlatformBase):
-        """verl on the CPU: device ``cpu``, gloo, Ray's logical GPUs as the worker slots."""
+    class PlatformCPU(_CPUPlatform, PlatformBase):
+        """verl on the CPU (:class:`_CPUPlatform`) with the CPU's device module."""
 
-        device_name = "cpu"
-        vendor_name = "cpu"
         device_module = device
-
-        def is_available(self) -> bool:
-            return True
-
-        def is_platform_available(self, use_smi_check: bool = False) -> bool:
-            return True
-
-        def current_device(self) -> torch.device:
-            # verl passes it as a device (`model.to(device=get_device_id())`), where 0
-            # would mean the accelerator
-            return torch.device("cpu")
-
-        def device_count(self) -> int:
-            return 1
-
-        def set_device(self, device_index: int) -> None:
-            return None
-
-        def synchronize(self, device_index: int | None = None) -> None:
-            return None
-
-        def manual_seed(self, seed: int) -> None:
-            torch.manual_seed(seed)
-
-        def manual_seed_all(self, seed: int) -> None:
-            torch.manual_seed(seed)
-
-        def set_allocator_settings(self, settings: str) -> None:
-            return None
-
-        def empty_cache(self) -> None:
-            return None
-
-        def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
-            return None, None
-
-        def communication_backend_name(self) -> str:
-            return "gloo"
-
-        def visible_devices_envvar(self) -> str:
-            return "CUDA_VISIBLE_DEVICES"
-
-        @contextlib.contextmanager
-        def nvtx_range(self, msg: str):
-            yield
-
-        def profiler_start(self) -> None:
-            return None
-
-        def profiler_stop(self) -> None:
-            return None
-
-        def ray_resource_name(self) -> str:
-            return "GPU"
-
-        def ray_noset_envvars(self) -> list[str]:
-            return []
-
-        def is_ipc_supported(self) -> bool:
-            return False
-
-        def cudart(self) -> None:
-            return None
 
 
 # ----------------------------------------------------------------------------- the rollout

@@ -23,20 +23,26 @@ _CHAIN_PROMPT = re.compile(rf"^\s*{_INT}(?:\s*[-+*]\s*{_INT})+\s*=\s*$")
 _ARITH_CHARS = set("0123456789.+-*/() ")
 
 
-def _evaluate(expr: str) -> Fraction | None:
-    """Exact value of an arithmetic expression (+ - * / and parentheses, usual
-    precedence, unary minus); None if it does not parse or divides by zero."""
+def _tokens(expr: str) -> list[str]:
+    """The tokens of an arithmetic expression; [] if it has none or a character that is
+    not one."""
     tokens, pos = [], 0
     expr = expr.rstrip()
     while pos < len(expr):
         m = _TOKEN.match(expr, pos)
         if m is None:
-            return None
+            return []
         tokens.append(m.group(1))
         pos = m.end()
+    return tokens
+
+
+def _evaluate(expr: str) -> Fraction | None:
+    """Exact value of an arithmetic expression (+ - * / and parentheses, usual
+    precedence, unary minus); None if it does not parse or divides by zero."""
+    tokens, at = _tokens(expr), 0
     if not tokens:
         return None
-    at = 0
 
     def peek() -> str | None:
         return tokens[at] if at < len(tokens) else None

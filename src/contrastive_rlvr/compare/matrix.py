@@ -145,16 +145,7 @@ def _run_matrix(spec: CompareSpec, echo, source: Path, text: str, runs: list) ->
     _CHILDREN.stopping.clear()
 
     def record(result: RunResult) -> RunResult:
-        label = f"{result.run.recipe}/{result.run.arm}/seed{result.run.seed}"
-        if result.status == "failed":
-            echo(f"FAILED {label}: see {result.run.output_dir}/error.txt")
-        elif result.status == "interrupted":
-            echo(f"INTERRUPTED {label}")
-        elif result.status == "busy":
-            echo(f"BUSY   {label}: {BUSY_NOTE}")
-        elif result.status == "done":
-            before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
-            echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
+        _echo_result(echo, result)
         with lock:  # the table so far, so that a long matrix can be read while it runs
             finished.append(result)
             _write_results(build_results(finished, spec, pending=len(runs) - len(finished)), out)
@@ -212,6 +203,20 @@ def _run_matrix(spec: CompareSpec, echo, source: Path, text: str, runs: list) ->
         report["interrupted"] = [{"stage": "before any run finished"}]
     _write_results(report, out)
     return report
+
+
+def _echo_result(echo, result: RunResult) -> None:
+    """The line a finished run prints (none for a run still pending)."""
+    label = f"{result.run.recipe}/{result.run.arm}/seed{result.run.seed}"
+    if result.status == "failed":
+        echo(f"FAILED {label}: see {result.run.output_dir}/error.txt")
+    elif result.status == "interrupted":
+        echo(f"INTERRUPTED {label}")
+    elif result.status == "busy":
+        echo(f"BUSY   {label}: {BUSY_NOTE}")
+    elif result.status == "done":
+        before, after = (result.summary[f"heldout_avg@n_{w}"] for w in ("before", "after"))
+        echo(f"done   {label}: held-out {before:.3f} -> {after:.3f}")
 
 
 def _write_results(report: dict, out: Path) -> None:

@@ -55,7 +55,7 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..algorithms.bicc import BiCCTemplate, EncodedTemplate, Truncation, build_context
+from ..algorithms.bicc import TRUNCATIONS, BiCCTemplate, EncodedTemplate, Truncation, build_context
 from .task import Problem, chain_answer, noisy_solution, parse_prompt
 
 # Label of positions without a loss (torch's cross_entropy default).
@@ -64,6 +64,8 @@ IGNORE_INDEX = -100
 CONTEXT_TARGETS: tuple[str, ...] = ("avoid", "reference")
 #: Where the attempts of a reading example come from (:class:`WarmStartConfig`).
 CONTEXT_ATTEMPTS: tuple[str, ...] = ("demonstrator", "sampled")
+#: Where a reading example's context goes (the text placements of BiCC's prompts).
+PLACEMENTS: tuple[str, ...] = ("after_prompt", "before_prompt")
 
 
 @dataclass(frozen=True)
@@ -144,72 +146,34 @@ class WarmStartConfig:
     context_temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"WarmStartConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"WarmStartConfig.lr must be > 0, got {self.lr}")
-        if not 0 <= self.warmup_steps < self.steps:
-            raise ValueError(
-                f"WarmStartConfig.warmup_steps must be in [0, steps={self.steps}), "
-                f"got {self.warmup_steps}"
-            )
-        if not 0.0 <= self.error_rate <= 1.0:
-            raise ValueError(f"WarmStartConfig.error_rate must be in [0, 1], got {self.error_rate}")
-        if not 0.0 <= self.context_frac <= 1.0:
-            raise ValueError(
-                f"WarmStartConfig.context_frac must be in [0, 1], got {self.context_frac}"
-            )
-        if self.context_max_attempts < 1:
-            raise ValueError(
-                "WarmStartConfig.context_max_attempts must be >= 1, got "
-                f"{self.context_max_attempts}"
-            )
-        if self.context_budget is not None and self.context_budget < 1:
-            raise ValueError(
-                f"WarmStartConfig.context_budget must be >= 1 or None, got {self.context_budget}"
-            )
-        if self.context_truncation not in ("head", "tail", "middle"):
-            raise ValueError(
-                "WarmStartConfig.context_truncation must be 'head', 'tail' or 'middle', got "
-                f"{self.context_truncation!r}"
-            )
-        if self.context_placement not in ("after_prompt", "before_prompt"):
-            raise ValueError(
-                "WarmStartConfig.context_placement must be 'after_prompt' or 'before_prompt', "
-                f"got {self.context_placement!r}"
-            )
-        if self.context_target not in CONTEXT_TARGETS:
-            raise ValueError(
-                f"WarmStartConfig.context_target must be one of {CONTEXT_TARGETS}, got "
-                f"{self.context_target!r}"
-            )
-        if self.context_attempts not in CONTEXT_ATTEMPTS:
-            raise ValueError(
-                f"WarmStartConfig.context_attempts must be one of {CONTEXT_ATTEMPTS}, got "
-                f"{self.context_attempts!r}"
-            )
-        if self.context_attempts == "sampled" and self.context_frac > 0:
-            if not 0 <= self.context_start_frac < 1:
+        attempts, budget, steps = self.context_attempts, self.context_budget, self.steps
+        sampled = attempts == "sampled" and self.context_frac > 0
+        checks = (  # field, whether it holds, what it must be (the sampled attempts' only then)
+            ("steps", steps >= 1, ">= 1"),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("lr", self.lr > 0, "> 0"),
+            ("warmup_steps", 0 <= self.warmup_steps < steps, f"in [0, steps={steps})"),
+            ("error_rate", 0.0 <= self.error_rate <= 1.0, "in [0, 1]"),
+            ("context_frac", 0.0 <= self.context_frac <= 1.0, "in [0, 1]"),
+            ("context_max_attempts", self.context_max_attempts >= 1, ">= 1"),
+            ("context_budget", budget is None or budget >= 1, ">= 1 or None"),
+            ("context_truncation", self.context_truncation in TRUNCATIONS, f"one of {TRUNCATIONS}"),
+            ("context_placement", self.context_placement in PLACEMENTS, f"one of {PLACEMENTS}"),
+            ("context_target", self.context_target in CONTEXT_TARGETS, f"one of {CONTEXT_TARGETS}"),
+            ("context_attempts", attempts in CONTEXT_ATTEMPTS, f"one of {CONTEXT_ATTEMPTS}"),
+            ("context_start_frac", not sampled or 0 <= self.context_start_frac < 1, "in [0, 1)"),
+            ("context_refresh", not sampled or self.context_refresh >= 1, ">= 1"),
+            ("context_pool", not sampled or self.context_pool >= 1, ">= 1"),
+            ("context_max_new_tokens", not sampled or self.context_max_new_tokens >= 1, ">= 1"),
+            ("context_temperature", not sampled or self.context_temperature > 0, "> 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
+        )
+        for name, holds, wants in checks:
+            if not holds:
                 raise ValueError(
-                    "WarmStartConfig.context_start_frac must be in [0, 1) for sampled "
-                    f"attempts, got {self.context_start_frac}"
+                    f"WarmStartConfig.{name} must be {wants}, got {getattr(self, name)!r}"
                 )
-            for name in ("context_refresh", "context_pool", "context_max_new_tokens"):
-                if getattr(self, name) < 1:
-                    raise ValueError(
-                        f"WarmStartConfig.{name} must be >= 1, got {getattr(self, name)}"
-                    )
-            if not self.context_temperature > 0:
-                raise ValueError(
-                    "WarmStartConfig.context_temperature must be > 0, got "
-                    f"{self.context_temperature}"
-                )
-        if self.weight_decay < 0 or self.max_grad_norm <= 0:
-            raise ValueError(
-                "WarmStartConfig: need weight_decay >= 0 and max_grad_norm > 0, got "
-                f"{self.weight_decay} and {self.max_grad_norm}"
-            )
 
 
 def lr_factor(step: int, *, steps: int, warmup_steps: int) -> float:
