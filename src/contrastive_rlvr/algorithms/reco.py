@@ -280,7 +280,7 @@ def reco_loss(
     """
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = per_token(advantages, mask)
-    o, weights, entropy = options, options.weights, options.entropy
+    o, weights = options, options.weights
     rows = logp.shape[0]
     w = torch.ones(rows, dtype=logp.dtype, device=logp.device) if weights is None else weights
     check_rows("weights", w, rows)
@@ -292,26 +292,10 @@ def reco_loss(
 
     ratio = torch.exp(log_ratio(logp, old_logp, mask))
     low, high = _clip_flags(ratio, advantages, o.clip_low, o.clip_high)
-    keep = ~(low | high)
-    if o.factor == "variance":
-        if entropy is not None:
-            raise ValueError("reco_loss: entropy is only used with factor='entropy'")
-        f = variance_factor(logp, mask, factor_norm=o.factor_norm, variance_mean=o.variance_mean)
-    elif o.factor == "entropy":
-        if entropy is None:
-            raise ValueError("reco_loss: factor='entropy' needs entropy, the (B, T) entropies")
-        f = entropy_factor(
-            entropy,
-            mask,
-            factor_norm=o.factor_norm,
-            factor_mean=o.variance_mean,
-            vocab_size=o.vocab_size,
-        )
-    else:
-        raise ValueError(f"unknown ReCo factor {o.factor!r}; valid: {', '.join(FACTORS)}")
+    f = _token_factor(logp, mask, o)
     safe_logp = masked_fill_zero(logp, mask)
     unit = torch.exp(safe_logp - safe_logp.detach())  # value 1, gradient d logp
-    per_tok = -(w * keep * f * advantages) * unit
+    per_tok = -(w * ~(low | high) * f * advantages) * unit
     loss = agg_loss(per_tok, mask, **o.agg_kwargs())  # type: ignore[arg-type]
 
     p = torch.exp(safe_logp.detach())
@@ -319,9 +303,30 @@ def reco_loss(
     metrics["reco/factor_max"] = masked_fill_zero(f, mask).max()
     metrics["reco/variance_mean"] = masked_mean(p * (1 - p), mask)
     metrics["reco/saturated_frac"] = masked_mean((p >= SATURATED_PROB).float(), mask)
-    if entropy is not None:
-        metrics["reco/entropy_mean"] = masked_mean(entropy.detach(), mask)
-    if weights is not None:
+    if o.entropy is not None:
+        metrics["reco/entropy_mean"] = masked_mean(o.entropy.detach(), mask)
+    if o.weights is not None:
         metrics["reco/distinct_frac"] = w.sum() / rows
     loss, metrics = _add_kl(loss, metrics, logp, mask, o, row_weights=w)
     return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def _token_factor(logp: Tensor, mask: Tensor, options: RecoOptions) -> Tensor:
+    """ReCo's (B, T) token factor of ``options.factor``: :func:`variance_factor` or
+    :func:`entropy_factor` (which needs ``options.entropy``)."""
+    o, entropy = options, options.entropy
+    if o.factor == "variance":
+        if entropy is not None:
+            raise ValueError("reco_loss: entropy is only used with factor='entropy'")
+        return variance_factor(logp, mask, factor_norm=o.factor_norm, variance_mean=o.variance_mean)
+    if o.factor == "entropy":
+        if entropy is None:
+            raise ValueError("reco_loss: factor='entropy' needs entropy, the (B, T) entropies")
+        return entropy_factor(
+            entropy,
+            mask,
+            factor_norm=o.factor_norm,
+            factor_mean=o.variance_mean,
+            vocab_size=o.vocab_size,
+        )
+    raise ValueError(f"unknown ReCo factor {o.factor!r}; valid: {', '.join(FACTORS)}")

@@ -99,7 +99,44 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
     BiCC's conditioned prompts), and the diagnostics last."""
     recipe = effective_recipe(cfg)  # with the run's scale_rewards
     rcc_reference = cfg.rcc and cfg.rcc_reference == "reference"
-    resample = []
+    resample = _resampling_stages(cfg, facts)
+    skip, restore = _skip_stages(cfg, facts, resampling=bool(resample))
+    stages: list = [RowRewards()]
+    passes = _log_prob_passes(cfg, facts)  # the log-prob stage of each mode, if any
+    if passes:
+        stages.append(passes["train"])
+    # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
+    # ConSPO always: the stage counts its usable groups (the loss's normaliser).
+    if recipe.objective == "contrastive" or not keeps_trl_advantages(cfg) or rcc_reference:
+        stages.append(
+            Advantages(
+                recipe,
+                rcc=rcc_reference,
+                rcc_coef=cfg.rcc_coef,
+                rcc_bound=cfg.rcc_bound,
+                eps=cfg.adv_eps,
+                threshold=cfg.reward_threshold,
+            )
+        )
+    stages += _loss_input_stages(cfg, facts, recipe.scale_by_std)
+    stages.append(
+        BatchDiagnostics(
+            threshold=cfg.reward_threshold,
+            rcc_coef=cfg.rcc_coef if cfg.rcc else None,
+            rcc_bound=cfg.rcc_bound,
+        )
+    )
+    eval_stages = [passes["eval"] if s is passes.get("train") else s for s in stages]
+    return {
+        "train": Pipeline(skip + resample + restore + stages),
+        "eval": Pipeline(skip + eval_stages),
+    }
+
+
+def _resampling_stages(cfg, facts: RunFacts) -> list:
+    """The stages that sample again (training only): OC-GRPO's hinted round, then DAPO's
+    dynamic sampling."""
+    resample: list = []
     if cfg.oc_grpo:
         hinted = HintedRound(
             column=cfg.oc_solution_column,
@@ -118,44 +155,41 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
         resample.append(hinted)
     if cfg.dynamic_sampling:
         resample.append(DynamicSampling(max_rounds=cfg.dynamic_sampling_max_rounds))
+    return resample
 
-    skip, restore = _skip_stages(cfg, facts, resampling=bool(resample))
-    stages: list = [RowRewards()]
+
+def _log_prob_passes(cfg, facts: RunFacts) -> dict[str, LogProbPasses]:
+    """The log-prob stage of each mode (``train``, ``eval``; evaluation never defers RCC's
+    delta), or none: BiCC's paper ratio needs pi_old(o | q), a reference its log-probs."""
     old_for_bicc = cfg.bicc and cfg.bicc_ratio_mode == "paper"
-    passes: dict[str, Any] = {}  # the log-prob stage of each mode (evaluation never defers)
-    if old_for_bicc or facts.has_reference:
-        reason = rcc_delta_pass_reason(cfg, facts.group_size)
-        if cfg.rcc and cfg.rcc_reference == "reference" and reason is not None:
-            logger.info("RCC: delta from a separate no-grad policy pass, as %s", reason)
-        for mode in ("train", "eval"):
-            passes[mode] = LogProbPasses(
-                old=old_for_bicc,
-                reference=facts.has_reference,
-                keep_reference=cfg.beta > 0,
-                delta_reduce=cfg.rcc_delta,
-                defer_delta=_defer_delta(cfg, facts) if mode == "train" and not reason else None,
-            )
-        stages.append(passes["train"])
-    # scale_rewards='batch' / normalize_then_sum: TRL's advantages stay (trl_settings.py).
-    # ConSPO always: the stage counts its usable groups (the loss's normaliser).
-    if recipe.objective == "contrastive" or not keeps_trl_advantages(cfg) or rcc_reference:
-        stages.append(
-            Advantages(
-                recipe,
-                rcc=rcc_reference,
-                rcc_coef=cfg.rcc_coef,
-                rcc_bound=cfg.rcc_bound,
-                eps=cfg.adv_eps,
-                threshold=cfg.reward_threshold,
-            )
+    if not (old_for_bicc or facts.has_reference):
+        return {}
+    reason = rcc_delta_pass_reason(cfg, facts.group_size)
+    if cfg.rcc and cfg.rcc_reference == "reference" and reason is not None:
+        logger.info("RCC: delta from a separate no-grad policy pass, as %s", reason)
+    return {
+        mode: LogProbPasses(
+            old=old_for_bicc,
+            reference=facts.has_reference,
+            keep_reference=cfg.beta > 0,
+            delta_reduce=cfg.rcc_delta,
+            defer_delta=_defer_delta(cfg, facts) if mode == "train" and not reason else None,
         )
+        for mode in ("train", "eval")
+    }
+
+
+def _loss_input_stages(cfg, facts: RunFacts, scale_by_std: bool) -> list:
+    """Each method's inputs to the loss, after the advantages: VeriGate's process
+    advantages, ReCo's occurrence weights, BiCC's conditioned prompts."""
+    stages: list = []
     if cfg.verigate:
         stages.append(
             ProcessAdvantages(
                 build_process_scorer(cfg.verigate_scorer),
                 step_rule=cfg.verigate_step_rule,
                 step_pattern=cfg.verigate_step_pattern,
-                scale_by_std=recipe.scale_by_std,
+                scale_by_std=scale_by_std,
                 eps=cfg.adv_eps,
                 process_norm=cfg.verigate_process_norm,
             )
@@ -171,18 +205,7 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
         )
     if cfg.bicc:
         stages.append(_conditioned_prompts(cfg, facts))
-    stages.append(
-        BatchDiagnostics(
-            threshold=cfg.reward_threshold,
-            rcc_coef=cfg.rcc_coef if cfg.rcc else None,
-            rcc_bound=cfg.rcc_bound,
-        )
-    )
-    eval_stages = [passes["eval"] if s is passes.get("train") else s for s in stages]
-    return {
-        "train": Pipeline(skip + resample + restore + stages),
-        "eval": Pipeline(skip + eval_stages),
-    }
+    return stages
 
 
 def _defer_delta(cfg, facts: RunFacts) -> Callable[[], bool]:
