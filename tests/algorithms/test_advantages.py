@@ -1,5 +1,5 @@
 """Group advantages (GRPO, Dr.GRPO), the RCC baseline and the collapse rate, checked
-against values worked out by hand from the formulas in ALGORITHMS.md."""
+against values worked out by hand from the formulas in docs/algorithms.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A slow, loop-by-loop reference of every formula, written from ALGORITHMS.md without
+"""A slow, loop-by-loop reference of every formula, written from docs/algorithms.md without
 the package's helpers, compared with the vectorised code on random inputs (values and,
 where there is a gradient, gradients). The loops touch only real tokens: padding cells
 are filled with junk so that any masking slip in the vectorised code shows."""

@@ -26,7 +26,7 @@ from contrastive_rlvr.algorithms import (
 
 torch.set_num_threads(1)
 
-# name -> (objective, loss, scale_by_std, beta): ALGORITHMS.md "Policy losses" and the
+# name -> (objective, loss, scale_by_std, beta): docs/algorithms.md "Policy losses" and the
 # BiCC paper's hyperparameters (GRPO beta 0.04; Dr.GRPO 0.01 with the frozen reference;
 # DAPO / GSPO / GMPO / ConSPO no KL; Dr.GRPO without std scaling).
 RECIPE_TABLE = {

@@ -1,5 +1,5 @@
 """The recipe's advantages on the gathered rewards, RCC-corrected when RCC is on
-(b* = mean(R) + c Cov(R, delta); ALGORITHMS.md), sliced to this process's rows."""
+(b* = mean(R) + c Cov(R, delta); docs/algorithms.md), sliced to this process's rows."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The pipeline of a run, built once from its config: the one place that reads the
+"""The pipeline of a run, built once from its config: the one place that decides from the
 method switches (``bicc``, ``rcc``, ``verigate``, ``reco``, ``oc_grpo``,
-``dynamic_sampling``) to decide which stages run. The table in
+``dynamic_sampling``) which stages run. The table in
 docs/architecture.md lists the stages, what they read and write, and their switch.
 """
 

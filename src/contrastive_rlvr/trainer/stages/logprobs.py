@@ -1,6 +1,6 @@
 """No-grad log-prob passes on the plain prompt: old (log pi_old(o | q)), reference
 (log pi_ref(o | q)) and the per-completion delta = mean_t (log pi_old - log pi_ref)
-between them (RCC's confidence shift, ALGORITHMS.md; the delta diagnostics of
+between them (RCC's confidence shift, docs/algorithms.md; the delta diagnostics of
 docs/metrics.md)."""
 
 from __future__ import annotations
