@@ -172,5 +172,7 @@ def test_reasons_for_a_separate_pass(tmp_path):
 
 
 def test_bad_value_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="rcc_delta_pass='loss' is invalid: choose 'auto'"):
+    with pytest.raises(
+        ValueError, match="rcc_delta_pass='loss' is invalid: choose one of auto, stage"
+    ):
         make_config(tmp_path, rcc_delta_pass="loss")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from ...method_options import RCCFields, check
+from ...method_options import RCCFields, check_choices
 
 
 @dataclass
@@ -48,15 +48,4 @@ class RCCOptions(RCCFields):
 
     def validate_rcc(self) -> None:
         self.check_rcc_fields()
-        check(
-            self.rcc_reference in ("reference", "sampling"),
-            "rcc_reference",
-            self.rcc_reference,
-            "choose 'reference' or 'sampling'",
-        )
-        check(
-            self.rcc_delta_pass in ("auto", "stage"),
-            "rcc_delta_pass",
-            self.rcc_delta_pass,
-            "choose 'auto' or 'stage'",
-        )
+        check_choices(self, RCCOptions)  # rcc_reference, rcc_delta_pass

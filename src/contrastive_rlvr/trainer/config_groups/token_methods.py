@@ -6,18 +6,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from ...algorithms import (
-    FACTOR_NORMS,
-    FACTORS,
+from ...algorithms.ocgrpo import (
+    DEFAULT_HINT_TEMPLATE,
     OC_MAX_WEIGHT,
-    OC_MIX_MODES,
-    OC_WEIGHT_LEVELS,
-    PROCESS_NORMS,
-    RESPONSE_WEIGHTS,
-    STEP_RULES,
+    HintUnit,
+    MixMode,
+    WeightLevel,
 )
-from ...algorithms.ocgrpo import DEFAULT_HINT_TEMPLATE
-from ...method_options import check
+from ...algorithms.reco import Factor, FactorNorm, ResponseWeights
+from ...algorithms.verigate import ProcessNorm, StepRule
+from ...method_options import check, check_choices
 
 
 @dataclass
@@ -33,7 +31,7 @@ class TokenMethodOptions:
             "advantages from process (step) scores (docs/token-methods.md)."
         },
     )
-    verigate_step_rule: Literal["lines", "chain", "regex"] = field(
+    verigate_step_rule: StepRule = field(
         default="lines",
         metadata={
             "help": "How a completion is split into steps: 'lines', 'chain' (pieces between "
@@ -52,7 +50,7 @@ class TokenMethodOptions:
             "of a callable (prompt, steps) -> one score per step."
         },
     )
-    verigate_process_norm: Literal["steps", "cumulated"] = field(
+    verigate_process_norm: ProcessNorm = field(
         default="steps",
         metadata={
             "help": "'steps' (default): normalise the step scores over the group, then give each "
@@ -67,7 +65,7 @@ class TokenMethodOptions:
             "token ratio (docs/token-methods.md)."
         },
     )
-    reco_weights: Literal["count", "expected"] = field(
+    reco_weights: ResponseWeights = field(
         default="count",
         metadata={
             "help": "ReCo's response weights: 'count' (1 / the number of rows of the group with "
@@ -84,7 +82,7 @@ class TokenMethodOptions:
             "without one by token ids)."
         },
     )
-    reco_factor: Literal["variance", "entropy"] = field(
+    reco_factor: Factor = field(
         default="variance",
         metadata={
             "help": "ReCo's token factor in place of the ratio: 'variance' (p(1-p) of the sampled "
@@ -93,7 +91,7 @@ class TokenMethodOptions:
             "reco_factor_norm='mean' its Z is the micro-batch's mean entropy)."
         },
     )
-    reco_factor_norm: Literal["mean", "max"] = field(
+    reco_factor_norm: FactorNorm = field(
         default="mean",
         metadata={
             "help": "Normaliser Z of the factor f/Z: 'mean' (the batch's mean factor) or 'max' "
@@ -110,7 +108,7 @@ class TokenMethodOptions:
     oc_hint_fraction: float = field(
         default=0.5, metadata={"help": "Share of the reference solution given as the hint, [0, 1]."}
     )
-    oc_hint_unit: Literal["chars", "words"] = field(
+    oc_hint_unit: HintUnit = field(
         default="chars", metadata={"help": "Unit the hint fraction counts: 'chars' or 'words'."}
     )
     oc_hint_template: str = field(
@@ -121,11 +119,11 @@ class TokenMethodOptions:
         default=OC_MAX_WEIGHT,
         metadata={"help": "W, the truncation of pi_theta(o|q) / pi_old(o|q,hint)."},
     )
-    oc_weight_level: Literal["token", "sequence", "geometric"] = field(
+    oc_weight_level: WeightLevel = field(
         default="token",
         metadata={"help": "Importance weight per 'token', per 'sequence' or 'geometric' mean."},
     )
-    oc_merge: Literal["replace", "append"] = field(
+    oc_merge: MixMode = field(
         default="replace",
         metadata={
             "help": "A rescued guided group 'replace's its all-fail group or is 'append'ed to the "
@@ -138,20 +136,7 @@ class TokenMethodOptions:
     )
 
     def validate_token_methods(self) -> None:
-        checks = (
-            ("verigate_step_rule", STEP_RULES),
-            ("verigate_process_norm", PROCESS_NORMS),
-            ("reco_weights", RESPONSE_WEIGHTS),
-            ("reco_identity", ("tokens", "answer")),
-            ("reco_factor", FACTORS),
-            ("reco_factor_norm", FACTOR_NORMS),
-            ("oc_hint_unit", ("chars", "words")),
-            ("oc_weight_level", OC_WEIGHT_LEVELS),
-            ("oc_merge", OC_MIX_MODES),
-        )
-        for name, valid in checks:
-            value = getattr(self, name)
-            check(value in valid, name, value, f"choose one of {', '.join(valid)}")
+        check_choices(self, TokenMethodOptions)  # every Literal field holds one of its choices
         check(
             (self.verigate_step_rule == "regex") == bool(self.verigate_step_pattern),
             "verigate_step_pattern",
