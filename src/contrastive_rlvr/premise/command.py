@@ -107,6 +107,14 @@ def total_rewards(
     return [t if s else float("nan") for t, s in zip(totals, scored, strict=True)]
 
 
+#: The run settings ``premise.json`` records, as the config names them.
+SETTINGS = tuple(
+    "model dataset base_config num_generations max_completion_length temperature top_p top_k "
+    "min_p repetition_penalty reward_threshold seed bicc_context_ratio bicc_max_seq_len "
+    "bicc_placement bicc_framing_budget bicc_truncation bicc_pairing".split()
+)
+
+
 def run_premise(
     config: Any, *, problems: int, control: str, echo: Callable[[str], None] = print
 ) -> PremiseResult:
@@ -118,7 +126,7 @@ def run_premise(
     import time
     from pathlib import Path
 
-    from ..algorithms.bicc_rows import chat_renderer, end_token_ids, template_encoder
+    from ..algorithms.bicc_rows import chat_renderer, end_token_ids
     from ..errors import UserError
     from ..trainer.run import load_run_inputs
     from .transfer import start_transfer
@@ -194,7 +202,40 @@ def run_premise(
             record = {"problem": i, "prompt": raw_prompts[i], "completions": texts,
                       "rewards": scores, "correct": correct, "truncated": truncated}  # fmt: skip
             f.write(json.dumps(record, default=str) + "\n")
-    template = config.bicc_template.encode(template_encoder(tokenizer), max_items=G)
+    builder, cond = _conditioning(config, model, tokenizer, end_ids, pad, render)
+    result = measure(
+        model,
+        groups,
+        cond,
+        budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
+        control=control,
+        log=echo,
+    )
+    result.transfer = start_transfer(
+        model,
+        groups,
+        cond,
+        budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
+        taught=config.bicc_distill_rows,
+    )
+    truncated = sum(not (c and c[-1] in end_ids) for g in groups for c in g.completions)
+    result.settings = {name: getattr(config, name) for name in SETTINGS} | {
+        "truncated_completions": truncated / max(1, G * len(groups)),
+        "device": str(next(model.parameters()).device),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }
+    return result
+
+
+def _conditioning(
+    config: Any, model: Any, tokenizer: Any, end_ids: list[int], pad: int, render: Any
+) -> tuple[BiCCRowBuilder, Conditioning]:
+    """The run's BiCC rows (its ``bicc_*`` settings) and how the premise conditions on them."""
+    from ..algorithms.bicc_rows import template_encoder
+
+    template = config.bicc_template.encode(
+        template_encoder(tokenizer), max_items=config.num_generations
+    )
     builder = BiCCRowBuilder(
         template=template,
         context_ratio=config.bicc_context_ratio,
@@ -215,46 +256,7 @@ def run_premise(
         render=render,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
     )
-    result = measure(
-        model,
-        groups,
-        cond,
-        budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
-        control=control,
-        log=echo,
-    )
-    result.transfer = start_transfer(
-        model,
-        groups,
-        cond,
-        budget=lambda g: builder.budget(len(g.prompt_ids), cond.max_positions),
-        taught=config.bicc_distill_rows,
-    )
-    truncated = sum(not (c and c[-1] in end_ids) for g in groups for c in g.completions)
-    result.settings = {
-        "model": config.model,
-        "dataset": config.dataset,
-        "base_config": config.base_config,
-        "num_generations": G,
-        "max_completion_length": config.max_completion_length,
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "top_k": config.top_k,
-        "min_p": config.min_p,
-        "repetition_penalty": config.repetition_penalty,
-        "reward_threshold": config.reward_threshold,
-        "seed": config.seed,
-        "bicc_context_ratio": config.bicc_context_ratio,
-        "bicc_max_seq_len": config.bicc_max_seq_len,
-        "bicc_placement": config.bicc_placement,
-        "bicc_framing_budget": config.bicc_framing_budget,
-        "bicc_truncation": config.bicc_truncation,
-        "bicc_pairing": config.bicc_pairing,
-        "truncated_completions": truncated / max(1, G * len(groups)),
-        "device": str(next(model.parameters()).device),
-        "wall_seconds": round(time.perf_counter() - started, 1),
-    }
-    return result
+    return builder, cond
 
 
 def check_options(problems: int, control: str, config: Any) -> None:
