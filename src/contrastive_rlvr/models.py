@@ -301,8 +301,10 @@ def resolve_model_source(
         logger.info(
             "%s: offline and not in the Hugging Face cache; loading the alias %s (its GGUF "
             "build, %s) in its place",
-            name, stand_in, ALIASES[stand_in].filename,
-        )  # fmt: skip
+            name,
+            stand_in,
+            ALIASES[stand_in].filename,
+        )
         name = stand_in
     if name in ALIASES:
         return str(convert_gguf(gguf_path(name), trust_remote_code=trust_remote_code)[0])

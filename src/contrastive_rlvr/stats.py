@@ -152,8 +152,10 @@ def mean_text(ci: dict, scale: float = 100.0, digits: int = 1, signed: bool = Fa
     if ci.get("ci_half_width") is None:
         return f"{mean} (no interval: {n} seed{'s' if n != 1 else ''})"
     if ci.get("too_few"):
-        lo, hi = (("-inf" if b is None and i == 0 else "inf" if b is None else f"{scale * b:g}")
-                  for i, b in enumerate(ci.get("range", [None, None])))  # fmt: skip
+        lo, hi = (
+            ("-inf" if b is None and i == 0 else "inf" if b is None else f"{scale * b:g}")
+            for i, b in enumerate(ci.get("range", [None, None]))
+        )
         level = int(round(100 * ci.get("level", 0.95)))
         return f"{mean} ({n} seeds: too few for a {level}% interval inside [{lo}, {hi}])"
     half, low, high = (scale * ci[k] for k in ("ci_half_width", "ci_low", "ci_high"))
@@ -181,8 +183,7 @@ class ProportionCI:
     level: float
 
     def to_dict(self) -> dict:
-        return {"value": self.value, "ci_low": self.low, "ci_high": self.high,
-                "level": self.level}  # fmt: skip
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high, "level": self.level}
 
 
 def normal_quantile(p: float) -> float:
@@ -250,8 +251,7 @@ class BootstrapCI:
     level: float
 
     def to_dict(self) -> dict:
-        return {"value": self.value, "ci_low": self.low, "ci_high": self.high,
-                "level": self.level}  # fmt: skip
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high, "level": self.level}
 
 
 def bootstrap_mean_ci(

@@ -403,8 +403,11 @@ class VerifierPool:
         log = logger.warning if event == CRASHED else logger.info
         log(
             "verifier worker %d %s (exit code %s); replaced in %.3f s",
-            old.pid, event, exit_code, self.start_seconds[-1],
-        )  # fmt: skip
+            old.pid,
+            event,
+            exit_code,
+            self.start_seconds[-1],
+        )
 
     def start(self) -> None:
         """Start the workers (done lazily by :meth:`check`)."""
