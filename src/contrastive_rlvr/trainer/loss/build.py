@@ -18,6 +18,7 @@ from .corrections import (
     mask_sampling_logps,
     rcc_advantages_of,
 )
+from .distill import DistillLoss
 from .objectives import ContrastiveObjective, PolicyObjective, oc_options, reco_options
 
 
@@ -98,6 +99,9 @@ class TRLLoss:
     ``inputs["advantages"]`` after its policy forward, so the forward's log-probs are handed
     to ``on_logps``, which sets the RCC advantages of the micro-batch before TRL reads them.
     """
+
+    #: ``__call__`` takes ``watch`` (BiCC's distill form reads the forward's log-probs).
+    takes_watch = True
 
     def __init__(
         self,
@@ -191,8 +195,6 @@ def build_loss(cfg, recipe: Recipe, model: Any = None) -> Loss | TRLLoss:
     base = _base_loss(cfg, recipe, rcc, model, conditioned)
     if not distill:
         return base
-    from .distill import DistillLoss  # distill.py builds on this module's classes
-
     return DistillLoss(
         base,
         weight=cfg.bicc_distill_weight,

@@ -10,21 +10,21 @@ from dataclasses import replace
 import torch
 
 from ...algorithms.bicc_transfer import sampled_token_distill_loss
-from .build import Loss, TRLLoss
 from .context import LossContext, Metrics, without_tool_tokens
 
 
 class DistillLoss:
     """``(1 - weight) x base + weight x distill`` (TRL SDPO's convex form), where ``base``
-    is the recipe's loss on the plain prompt and ``distill`` the sampled-token reverse KL
-    on the rows the stage marked ``bicc_taught``, divided by the micro-batches of the
-    step as the base loss is. The student's log-probs are the base loss's own forward
-    (no second forward): TRL's through its log-prob hook, the project's by recording the
-    one gradient-carrying plain forward."""
+    (a :class:`~.build.Loss` or :class:`~.build.TRLLoss`) is the recipe's loss on the
+    plain prompt and ``distill`` the sampled-token reverse KL on the rows the stage
+    marked ``bicc_taught``, divided by the micro-batches of the step as the base loss is.
+    The student's log-probs are the base loss's own forward (no second forward): TRL's
+    through its log-prob hook, the project's by recording the one gradient-carrying plain
+    forward."""
 
     def __init__(
         self,
-        base: Loss | TRLLoss,
+        base,
         *,
         weight: float,
         is_clip: float | None,
@@ -43,7 +43,7 @@ class DistillLoss:
                 "(the teacher_prompts stage did not run)"
             )
         seen: list[torch.Tensor] = []
-        if isinstance(self.base, TRLLoss):
+        if getattr(self.base, "takes_watch", False):  # TRL's loss: its forward's hook
             loss, metrics = self.base(model, inputs, ctx, watch=seen.append)
         else:
             loss, metrics = self.base(model, inputs, replace(ctx, logps=_recorded(ctx.logps, seen)))
