@@ -296,6 +296,9 @@ def test_a_methods_options_are_no_difference_while_it_is_off_in_both():
     # On in one of them: its options count, and so does the switch.
     on = {**other, "bicc": True}
     assert config_differences(plain, on) == ["bicc: False -> True", "bicc_mix: 1.0 -> 0.5"]
-    # A reading warm start lays BiCC's contexts out with BiCC's options: they count.
-    reading = {**plain, "embedded_sft_context_frac": 0.5}
-    assert config_differences(reading, {**reading, "bicc_mix": 0.5}) == ["bicc_mix: 1.0 -> 0.5"]
+    # A reading warm start lays BiCC's contexts out with BiCC's budget and placement: those
+    # count with BiCC off; the loss's options (bicc_mix) still do not.
+    reading = {**plain, "embedded_sft_context_frac": 0.5, "bicc_placement": "auto"}
+    assert config_differences(reading, {**reading, "bicc_mix": 0.5}) == []
+    placed = {**reading, "bicc_placement": "before_prompt"}
+    assert config_differences(reading, placed) == ["bicc_placement: 'auto' -> 'before_prompt'"]

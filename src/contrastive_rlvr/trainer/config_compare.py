@@ -36,23 +36,34 @@ NON_TRAINING_FIELDS = frozenset(
 METHOD_OPTION_PREFIXES = {"bicc": "bicc_", "rcc": "rcc_"}
 
 
-def inactive_prefixes(values: dict[str, Any]) -> list[str]:
-    """The option prefixes of the methods whose switch is off in ``values``. BiCC's options
-    stay active when the embedded reading warm start is on (``embedded_sft_context_frac``
-    > 0): its SFT lays the contexts out with them."""
+#: The BiCC options the embedded reading warm start reads (its SFT cuts and places the
+#: contexts as BiCC will): they stay keyed with BiCC off when that warm start is on.
+READING_WARM_START_FIELDS = frozenset(
+    {
+        "bicc_context_ratio",
+        "bicc_max_seq_len",
+        "bicc_framing_budget",
+        "bicc_truncation",
+        "bicc_placement",
+    }
+)
+
+
+def inactive_fields(values: dict[str, Any]) -> set[str]:
+    """The options of the methods whose switch is off in ``values``, less the BiCC options
+    the embedded reading warm start reads when it is on (``embedded_sft_context_frac`` >
+    0)."""
     off = [prefix for switch, prefix in METHOD_OPTION_PREFIXES.items() if not values.get(switch)]
+    out = {k for k in values if any(k.startswith(p) for p in off)}
     if values.get("embedded_sft_context_frac"):
-        off = [prefix for prefix in off if prefix != "bicc_"]
-    return off
-
-
-def without_prefixes(values: dict[str, Any], prefixes: list[str]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if not any(k.startswith(p) for p in prefixes)}
+        out -= READING_WARM_START_FIELDS
+    return out
 
 
 def without_inactive_options(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` less the options of every method whose switch is off in it."""
-    return without_prefixes(values, inactive_prefixes(values))
+    drop = inactive_fields(values)
+    return {k: v for k, v in values.items() if k not in drop}
 
 
 def _normalised(values: dict[str, Any]) -> dict[str, Any]:
@@ -98,8 +109,9 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     was made before the field existed) is no difference while it is at its default."""
     saved, current = _normalised(saved), _normalised(current)
     # A method off in both: its options changed nothing either way.
-    both = sorted(set(inactive_prefixes(saved)) & set(inactive_prefixes(current)))
-    saved, current = without_prefixes(saved, both), without_prefixes(current, both)
+    both = inactive_fields(saved) & inactive_fields(current)
+    saved = {k: v for k, v in saved.items() if k not in both}
+    current = {k: v for k, v in current.items() if k not in both}
     names = sorted((set(saved) | set(current)) - NON_TRAINING_FIELDS)
     missing = object()
     out = []
