@@ -43,6 +43,14 @@ optimizer, its reference forward made once (TRL's scoring pass, reused by the lo
 stage; a second pass would add another nograd_ref: the ratio ``grpo+kl, reference
 once/twice``). With the ``generate`` arm, the same sums plus generate.
 
+Next to each ratio, its token bound (``token_bounds``): the ratio the phases would give if
+each loss phase took the plain one's time in proportion to the real tokens its forward
+encodes (counted as the trainer logs ``tokens/loss_forward_<kind>``), each no-grad forward of
+the plain rows a third of the plain loss phase (a backward is about two forwards; a quarter
+under checkpointing, which re-runs the forward), the optimizer and generation as measured.
+Measured above the bound: time the tokens do not explain (a slower attention, its square
+term); below: fixed costs the tokens do not carry.
+
 Peak memory of each loss phase: on CUDA ``torch.cuda.max_memory_allocated``
 above the memory allocated before it; on CPU the peak resident set size above
 the resident size before it (Linux ``VmHWM``, reset through
@@ -85,6 +93,7 @@ from contrastive_rlvr.shared_forward.packed_prefix import (
     supports_packed_prefix,
 )
 from contrastive_rlvr.shared_forward.prefix import shared_prefix_logps
+from contrastive_rlvr.shared_forward.tokens import cache_tokens, packed_tokens, row_tokens
 
 TARGETS = {
     "loss bicc_packed/plain, checkpointing on": 1.15,
@@ -489,7 +498,26 @@ def run_setting(opts, shapes: Shapes, checkpointing: bool, dtype: torch.dtype) -
             "bicc_rows": int(batch["bicc_prompt_ids"].numel() + batch["completion_ids"].numel()),
             "bicc_packed": layout.tokens,
         },
+        "real_tokens": arm_tokens(batch),
         "params_m": sum(p.numel() for p in policy.parameters()) / 1e6,
+    }
+
+
+def arm_tokens(batch: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The real tokens each loss arm's forward encodes (padding left out), counted as the
+    trainer counts them for ``tokens/loss_forward_<kind>`` (``shared_forward/tokens.py``)."""
+    mask = batch["completion_mask"]
+    plain = (batch["prompt_ids"], batch["prompt_mask"])
+    bicc = (batch["bicc_prompt_ids"], batch["bicc_prompt_mask"])
+    packed = packed_tokens(*bicc, mask)
+    return {
+        "plain": int(row_tokens(torch.cat([plain[1], mask], 1))),
+        "plain_packed": packed_tokens(*plain, mask),
+        "bicc_rows": int(row_tokens(torch.cat([bicc[1], mask], 1))),
+        "bicc_cache": cache_tokens(*bicc, mask),
+        "bicc_packed": packed,
+        "bicc_packed_mask": packed,
+        **dict.fromkeys(KERNEL_ARMS, packed),
     }
 
 
@@ -539,6 +567,34 @@ def steps(t: dict[str, float], phases: dict[str, float]) -> dict[str, float]:
     return out
 
 
+#: The time of a no-gradient forward of the plain rows, as a share of the plain loss phase
+#: (forward + backward), by FLOPs: a backward costs about two forwards, and under gradient
+#: checkpointing re-runs the forward first.
+FORWARD_SHARE = {False: 1 / 3, True: 1 / 4}
+
+
+def token_bounds(
+    t: dict[str, float],
+    phases: dict[str, float],
+    tokens: dict[str, int],
+    checkpointing: bool = False,
+) -> dict[str, float]:
+    """What each ratio would be if every loss-side phase took time in proportion to the
+    tokens it encodes (attention's part that grows with the square of the length aside):
+    each loss arm ``tokens[arm] / tokens["plain"]`` times the plain loss phase, each
+    no-gradient forward of the plain rows :data:`FORWARD_SHARE` of it, the optimizer and
+    generation as measured (no arm changes them). The same arithmetic as the measured
+    ratios (:func:`steps`), so every key of theirs has its bound: ``loss <arm>/plain`` and
+    the whole steps. A measured ratio above its bound is time the tokens do not explain
+    (a slower kernel, the square term); below it, fixed costs the tokens do not carry."""
+    plain = t["plain"]
+    scaled = {arm: plain * tokens[arm] / tokens["plain"] for arm in t if arm in tokens}
+    share = FORWARD_SHARE[checkpointing]
+    shares = {k: plain * share for k in ("nograd_policy", "nograd_ref") if k in phases}
+    out = {f"loss {arm}/plain": scaled[arm] / plain for arm in scaled if arm != "plain"}
+    return out | {f"step {k}": v for k, v in steps(scaled, phases | shares).items()}
+
+
 def report(results: dict, opts) -> dict:
     """Print every arm's medians and the ratios; return the ratios."""
     phases: dict[str, float] = {}
@@ -552,6 +608,7 @@ def report(results: dict, opts) -> dict:
         )
         for arm in t:
             print(f"  {arm:17s} {t[arm]:9.3f} s  {m[arm]:9.1f} MiB")
+        bounds = token_bounds(t, phases, r["real_tokens"], checkpointing=setting == "on")
         ratios: dict[str, float] = {}
         for arm in (
             "plain_packed",
@@ -565,7 +622,8 @@ def report(results: dict, opts) -> dict:
                 ratios[f"loss {arm}/plain"] = t[arm] / t["plain"]
                 ratios[f"memory {arm}/plain"] = m[arm] / m["plain"] if m["plain"] > 0 else 0.0
                 print(
-                    f"  loss {arm}/plain: time {ratios[f'loss {arm}/plain']:.3f}, "
+                    f"  loss {arm}/plain: time {ratios[f'loss {arm}/plain']:.3f} "
+                    f"(token bound {bounds[f'loss {arm}/plain']:.3f}), "
                     f"peak memory {ratios[f'memory {arm}/plain']:.3f}"
                 )
         step = steps(t, phases)
@@ -580,14 +638,17 @@ def report(results: dict, opts) -> dict:
                     and name.endswith(suffix)
                     and (suffix or not name.endswith(" with generation"))
                 ):
-                    print(f"    {name.removesuffix(suffix)}: {value:.3f}")
+                    bound = bounds[f"step {name}"]
+                    print(f"    {name.removesuffix(suffix)}: {value:.3f} (token bound {bound:.3f})")
         ratios.update({f"step {k}": v for k, v in step.items()})
-        tok = r["tokens"]
+        tok, real = r["tokens"], r["real_tokens"]
         print(
-            f"  tokens a forward: plain {tok['plain']}, bicc per row {tok['bicc_rows']}, "
-            f"bicc packed {tok['bicc_packed']}; model {r['params_m']:.1f}M parameters"
+            f"  tokens a forward (real, then with padding): plain {real['plain']} / "
+            f"{tok['plain']}, bicc per row {real['bicc_rows']} / {tok['bicc_rows']}, bicc "
+            f"packed {real['bicc_packed']} / {tok['bicc_packed']}, bicc cache "
+            f"{real['bicc_cache']}; model {r['params_m']:.1f}M parameters"
         )
-        summary[setting] = ratios
+        summary[setting] = ratios | {f"bound {k}": v for k, v in bounds.items()}
     on = summary.get("on", {})
     rcc_step = "step rcc/plain, delta from a pass the step makes"
     with_generation = f"{rcc_step} with generation" in on

@@ -28,6 +28,13 @@ METRIC_KEYS = {
     "bicc/conditioned_frac": "(BiCC on) share of rows given a conditioned prompt",
     "bicc/first_update_clip_frac": "(BiCC on) clip_ratio/region_mean of the run's first "
     "optimizer update, logged once (docs/bicc.md, ratio modes)",
+    # What the loss's forwards process in one optimizer step (shared_forward/tokens.py).
+    "tokens/loss_rows_plain": "real tokens of the rows the loss reads on the plain prompt "
+    "(prompt + completion each), summed over micro-batches and processes",
+    "tokens/loss_forward_plain": "tokens the loss's plain-prompt forwards encoded (packed: "
+    "each shared prompt once); the rows' when each row runs alone",
+    "tokens/loss_rows_conditioned": "(BiCC) the same rows' tokens on the conditioned prompt",
+    "tokens/loss_forward_conditioned": "(BiCC) tokens the conditioned forwards encoded",
     "reward/skipped_groups": "groups skipped for a non-finite reward (skip_group)",
     "loss/nonfinite_total": "training losses found non-finite so far",
     "loss/skipped_updates_total": "optimizer steps skipped for a non-finite loss or gradient",

@@ -49,6 +49,51 @@ def test_whole_step_ratios(bench):
     assert gen["rcc/plain today"] == step["rcc/plain today"]  # the no-generation ones stay
 
 
+def test_token_bounds_by_hand(bench):
+    # The plain loss phase 2.0 s on 100 tokens; BiCC packed 150 tokens (x1.5), per row 300.
+    t = {"plain": 2.0, "bicc_packed": 4.0, "bicc_rows": 9.0}
+    tokens = {"plain": 100, "bicc_packed": 150, "bicc_rows": 300}
+    phases = {"nograd_policy": 0.9, "nograd_ref": 0.9, "optimizer": 0.5}
+    bound = bench.token_bounds(t, phases, tokens)
+    assert bound["loss bicc_packed/plain"] == pytest.approx(1.5)
+    assert bound["loss bicc_rows/plain"] == pytest.approx(3.0)
+    # BiCC's loss phase at 1.5 x 2.0 = 3.0 s; GRPO's step 2.0 + 0.5 = 2.5 s; a no-grad
+    # forward of the plain rows a third of the plain loss phase, 2/3 s.
+    assert bound["step grpo_s"] == pytest.approx(2.5)
+    assert bound["step bicc_packed/plain, consistent ratio mode"] == pytest.approx(3.5 / 2.5)
+    assert bound["step bicc_packed/plain, paper ratio mode"] == pytest.approx((3.5 + 2 / 3) / 2.5)
+    assert bound["step rcc/plain today"] == pytest.approx((2.5 + 4 / 3) / 2.5)
+    # With generation (5 s, the same in every arm) the step bound moves toward 1.
+    gen = bench.token_bounds(t, {**phases, "generate": 5.0}, tokens)
+    assert gen["step bicc_packed/plain, consistent ratio mode with generation"] == pytest.approx(
+        8.5 / 7.5
+    )
+    # Under checkpointing a no-grad forward is a quarter of the plain loss phase (0.5 s).
+    on = bench.token_bounds(t, phases, tokens, checkpointing=True)
+    assert on["step rcc/plain today"] == pytest.approx((2.5 + 1.0) / 2.5)
+    assert on["loss bicc_packed/plain"] == pytest.approx(1.5)
+    # Every measured ratio has its bound.
+    assert {f"step {k}" for k in bench.steps(t, {**phases, "generate": 5.0})} <= set(gen)
+
+
+def test_arm_tokens_count_as_the_trainer_does(bench):
+    # One group of 2 rows: plain prompt 4 tokens; completions of 3 and 2 scored tokens.
+    # Row 0 conditioned on 3 context tokens (7), row 1 on 2 (6, left-padded to 7).
+    batch = {
+        "prompt_ids": torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]),
+        "prompt_mask": torch.ones(2, 4, dtype=torch.long),
+        "bicc_prompt_ids": torch.tensor([[5, 6, 7, 8, 9, 9, 9], [0, 5, 6, 7, 8, 10, 10]]),
+        "bicc_prompt_mask": torch.tensor([[1] * 7, [0] + [1] * 6]),
+        "completion_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
+    }
+    got = bench.arm_tokens(batch)
+    assert got["plain"] == (4 + 3) + (4 + 2)  # 13
+    assert got["plain_packed"] == (4 - 1) + 3 + 2  # one prompt: 8
+    assert got["bicc_rows"] == (7 + 3) + (6 + 2)  # 18
+    assert got["bicc_packed"] == (7 - 1) + (6 - 1) + 3 + 2  # two prompts: 16
+    assert got["bicc_cache"] == (6 + 5) + 2 * 1 + 5  # pass 1, then last prompt tokens: 18
+
+
 def test_compact_head_equals_trl_fused_head(bench):
     shapes = bench.Shapes(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, vocab=97)
     trl_model = bench.build_model(shapes, torch.float32, "cpu", seed=0, head="trl")

@@ -287,3 +287,24 @@ def test_loss_metric_keys_follow_the_loss_route(model_dir, tmp_path, overrides, 
     }[route]  # fmt: skip
     assert always <= logged
     assert not (set(other) - set(ours)) & logged
+    # The loss's token counts (shared_forward/tokens.py): the kinds of prompts the loss
+    # reads, never the transfer probe's plain forward (BiCC's first step is probed).
+    kinds = (
+        {"plain"}
+        if not config.bicc
+        else {"conditioned"} | ({"plain"} if config.bicc_mix < 1 else set())
+    )
+    assert ("bicc/transfer_cos" in logged) == config.bicc  # the probe's forward ran
+    tokens = {k for k in logged if k.startswith("tokens/loss_")}
+    assert tokens == {
+        f"tokens/loss_{what}_{kind}" for what in ("rows", "forward") for kind in kinds
+    }
+    step = trainer.state.log_history[0]
+    data = trainer.last_generation_batch  # one micro-batch a step: the whole batch
+    for kind, prefix in (("plain", ""), ("conditioned", "bicc_")):
+        if kind in kinds:
+            rows = data[f"{prefix}prompt_mask"].sum() + data["completion_mask"].sum()
+            assert step[f"tokens/loss_rows_{kind}"] == float(rows)
+            assert 0 < step[f"tokens/loss_forward_{kind}"] <= step[f"tokens/loss_rows_{kind}"]
+    if config.bicc and config.share_prefix:  # the conditioned prompts were packed
+        assert step["tokens/loss_forward_conditioned"] < step["tokens/loss_rows_conditioned"]

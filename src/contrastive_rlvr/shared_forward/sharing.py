@@ -41,6 +41,7 @@ from .packed_kernels import enable_kernel_form
 from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
 from .prefix import shared_prefix_logps
 from .probe import probe_packed_forward
+from .tokens import LossForwardTokens, cache_tokens, packed_tokens, row_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class PromptSharing:
         self._said: set[str] = set()  # per-row fallbacks already logged
         self._roles: dict[int, str] = {}
         self._proven: dict[int, int] = {}  # model -> the width its packed form was proven at
+        self._ran: Form | None = None  # the shared form the last forward ran, if one did
+        self.tokens = LossForwardTokens()  # what the loss's forwards encode (tokens.py)
 
     @classmethod
     def from_config(
@@ -208,7 +211,46 @@ class PromptSharing:
         """TRL's ``_get_per_token_logps_and_entropies`` outputs (log-probs (B, C), entropies
         (B, C) or None, no router loss) from the shared form, or None where the per-row
         forward must run. ``input_ids`` (B, P + C) are left-padded prompts then right-padded
-        completions, as TRL builds them; ``extra`` are TRL's multimodal arguments."""
+        completions, as TRL builds them; ``extra`` are TRL's multimodal arguments.
+
+        Every forward the trainer makes comes here, so its tokens are counted here
+        (:attr:`tokens`, inside the loss only): the rows', and what the form that ran
+        encoded (the per-row forward's are the rows')."""
+        self._ran = None
+        out = self._shared_forward(
+            model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, extra=extra,
+            autocast=autocast,
+        )  # fmt: skip
+        if self.tokens.on:
+            rows = row_tokens(attention_mask)
+            prompt_len = input_ids.size(1) - logits_to_keep
+            prompt = (input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+            completion_mask = attention_mask[:, prompt_len:]
+            if self._ran == "packed":
+                chunk = None if torch.is_grad_enabled() else batch_size
+                encoded = packed_tokens(*prompt, completion_mask, chunk_rows=chunk)
+            elif self._ran == "cache":
+                encoded = cache_tokens(*prompt, completion_mask)
+            else:
+                encoded = rows
+            self.tokens.add(self.kind, rows, encoded)
+        return out
+
+    def _shared_forward(
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        *,
+        batch_size: int | None,
+        compute_entropy: bool,
+        compute_aux_loss: bool,
+        extra: dict[str, Any],
+        autocast: Callable[[], Any],
+    ) -> LogpsAndEntropies | None:
+        """:meth:`forward`'s outputs; sets ``_ran`` to the shared form that ran, if one did."""
         if not self.enabled[self.kind]:
             return None
         if compute_aux_loss:
@@ -234,7 +276,9 @@ class PromptSharing:
             if int(tensors[1].sum(1).min()) < 2:
                 return self._per_row("a prompt has fewer than 2 tokens (the cache form's pass 1)")
             with autocast():
-                return shared_prefix_logps(model, *tensors), None, None
+                out = shared_prefix_logps(model, *tensors), None, None
+            self._ran = "cache"
+            return out
         # Under gradient: one forward for the micro-batch (DDP, ZeRO and checkpointing need
         # one forward per backward). Without: TRL's chunking of the generation batch.
         chunk = None if torch.is_grad_enabled() else batch_size
@@ -245,6 +289,7 @@ class PromptSharing:
                 )
         except PackedPrefixUnsupported as err:  # this batch only (flash varlen's holes)
             return self._per_row(str(err))
+        self._ran = "packed"
         return logps, entropies, None
 
 

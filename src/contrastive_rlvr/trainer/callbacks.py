@@ -44,6 +44,26 @@ class RunCounters(TrainerCallback):
         return control
 
 
+class LossForwardTokensLog(TrainerCallback):
+    """Puts the tokens the loss's forwards processed in this optimizer step
+    (``tokens/loss_rows_<kind>``, ``tokens/loss_forward_<kind>``: every micro-batch, summed
+    over processes; :mod:`contrastive_rlvr.shared_forward.tokens`) into the trainer's
+    metrics after the step, one value a step, so that a logged value is the mean over the
+    steps since the last log. Every process calls it (the sum is an all-reduce)."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        acc = self.trainer.accelerator
+        counts = self.trainer.prompt_sharing.tokens.take(
+            lambda total: acc.reduce(total, reduction="sum"), device=acc.device
+        )
+        for key, value in counts.items():
+            self.trainer._metrics["train"][key].append(value)
+        return control
+
+
 class MetricsJsonl(TrainerCallback):
     """Appends one JSON line per logged training step to ``output_dir/metrics.jsonl``,
     and one per held-out evaluation during training (TRL's ``eval_*`` keys, as TRL logs
@@ -165,9 +185,9 @@ def attach_project_callbacks(trainer) -> None:
     """The project's callbacks on ``trainer`` (every RLVRTrainer attaches them itself, so
     the CLI's runs and hand-built ones log alike): the non-finite update guard
     (``trainer.update_guard``) and skip, the running counters in the logs (so in every
-    report_to), ``metrics.jsonl``, the verifier counters, BiCC's first-update clip
-    fraction, the learning-signal checks (``trainer.learning_signal``) and the
-    diagnostics."""
+    report_to), the loss's token counts, ``metrics.jsonl``, the verifier counters, BiCC's
+    first-update clip fraction, the learning-signal checks (``trainer.learning_signal``)
+    and the diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
     from .disk import CheckpointSizes
     from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, unique_names
@@ -193,6 +213,7 @@ def attach_project_callbacks(trainer) -> None:
         }
 
     trainer.add_callback(RunCounters(totals, lambda: trainer._metrics["train"]))
+    trainer.add_callback(LossForwardTokensLog(trainer))  # what BiCC costs, in tokens
     trainer.add_callback(VerifierCountersCallback(trainer))
     if config.bicc:  # how much the ratio mode clips on-policy (docs/bicc.md)
         trainer.add_callback(FirstUpdateClipFraction(lambda: trainer._metrics["train"]))

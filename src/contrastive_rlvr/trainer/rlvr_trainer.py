@@ -2,16 +2,15 @@
 
 TRL brings generation, accelerate/DeepSpeed, PEFT, logging and checkpoints. This class keeps
 only the TRL hooks it overrides (private API of the pinned TRL, each covered by
-``tests/trainer/test_trl_hooks.py``) and hands the work to the stage pipeline
-(:mod:`.stages`) and the loss (:mod:`.loss`), both built once from the config
-(docs/architecture.md): ``_calculate_rewards`` keeps the per-function rewards;
-``_generate_and_score_completions`` runs the stages after TRL's scoring, each timed as
-``timing_s/<stage>``; ``_prepare_inputs`` shuffles whole groups (ConSPO needs them);
-``_get_per_token_logps_and_entropies`` encodes each repeated prompt once
-(:class:`.PromptSharing`); ``_get_train_sampler`` resumes exact past an epoch
-(:class:`.epoch_sampler.EpochAlignedResume`); ``_save_checkpoint`` finishes a checkpoint a
-Ctrl-C interrupts (:class:`.interrupts.WholeCheckpoints`); ``_compute_loss`` runs the loss,
-TRL's own for the recipes TRL has, counting and skipping a non-finite one.
+``tests/trainer/test_trl_hooks.py``) and hands the work to the stage pipeline (:mod:`.stages`)
+and the loss (:mod:`.loss`), both built once from the config (docs/architecture.md):
+``_calculate_rewards`` keeps the per-function rewards; ``_generate_and_score_completions`` runs
+the stages after TRL's scoring, each timed as ``timing_s/<stage>``; ``_prepare_inputs``
+shuffles whole groups (ConSPO needs them); ``_get_per_token_logps_and_entropies`` encodes each
+repeated prompt once and counts the loss's tokens (:class:`.PromptSharing`);
+``_get_train_sampler`` resumes exact past an epoch (:class:`.epoch_sampler.EpochAlignedResume`);
+``_save_checkpoint`` finishes a checkpoint Ctrl-C interrupts (:class:`.WholeCheckpoints`);
+``_compute_loss`` runs the loss (TRL's for its recipes), counting and skipping a non-finite one.
 """
 
 from __future__ import annotations
@@ -178,7 +177,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         return slice(start, start + num_local)
 
     def _log(self, mode: str, key: str, value: float | torch.Tensor) -> None:
-        self._metrics[mode][key].append(float(value))
+        self._metrics[mode][key].append(float(value))  # TRL's log takes each key's mean
 
     def _stage_context(self, mode: str) -> StageContext:
         """What the stages may use: gathers, no-grad forwards, TRL's generation, a logger."""
@@ -281,7 +280,8 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
             trl_loss=self._trl_loss,
         )
         self._aux_losses = []
-        loss, metrics = self.loss(model, inputs, ctx)
+        with self.prompt_sharing.tokens.counting(mode == "train"):  # tokens/loss_* (not the probe)
+            loss, metrics = self.loss(model, inputs, ctx)
         if self._aux_losses:  # the project's loss: TRL's router-loss term and metric
             aux_loss = torch.stack(self._aux_losses).mean()
             loss = loss + self.router_aux_loss_coef * aux_loss / accum
