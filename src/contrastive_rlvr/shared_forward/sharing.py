@@ -41,11 +41,10 @@ from .packed_kernels import enable_kernel_form
 from .packed_prefix import enable_split_attention, packed_prefix_forward, supports_packed_prefix
 from .prefix import shared_prefix_logps
 from .probe import probe_packed_forward
-from .tokens import LossForwardTokens, cache_tokens, packed_tokens, row_tokens
+from .tokens import LossForwardTokens, PromptKind, cache_tokens, packed_tokens, row_tokens
 
 logger = logging.getLogger(__name__)
 
-PromptKind = Literal["plain", "conditioned"]
 Form = Literal["packed", "cache"]
 LogpsAndEntropies = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Literal, get_args
 
 import torch
 
 from .prefix import distinct_rows
 
-KINDS = ("plain", "conditioned")
+#: Which prompts a forward reads (BiCC's conditioned ones, or the plain ones).
+PromptKind = Literal["plain", "conditioned"]
+KINDS = get_args(PromptKind)
 #: The logged key of the rows' tokens and of the encoded tokens, per kind of prompt.
 ROWS_KEYS = {"plain": "tokens/loss_rows_plain", "conditioned": "tokens/loss_rows_conditioned"}
 FORWARD_KEYS = {
