@@ -104,10 +104,12 @@ def _run(fn, *args, **kwargs):
         NoTrainingSteps,
         RewardExitError,
     )
+    from .trainer.interrupts import sigterm_as_sigint
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
-        return fn(*args, **kwargs)
+        with sigterm_as_sigint():  # a cluster's SIGTERM is Ctrl-C (interrupts.py)
+            return fn(*args, **kwargs)
     except USER_ERRORS as err:
         _fail(err, 2)
     except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
@@ -115,6 +117,11 @@ def _run(fn, *args, **kwargs):
     except KeyboardInterrupt as err:
         typer.echo(on_interrupt() if on_interrupt else "interrupted", err=True)
         raise typer.Exit(130) from err
+    except MemoryError as err:  # a memory limit (ulimit -v, a cgroup): one line
+        _fail(RuntimeError(
+            f"out of memory ({type(err).__name__}{': ' + str(err) if str(err) else ''}); "
+            "lower the batch size, max_completion_length or the model's size, or allow the "
+            "process more memory (ulimit -v, the job's memory request)"), 1)  # fmt: skip
     except Exception as err:
         full = _disk_full(err)
         if full is None:
@@ -125,8 +132,11 @@ def _run(fn, *args, **kwargs):
 #: errno values of a write that found no room: no space, quota, file-size limit.
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 #: How torch's and safetensors' writers word the same (they raise RuntimeError or their own).
+#: torch's zip writer on a full disk: "basic_ios::clear: iostream error" (libstdc++) or
+#: "unexpected pos N vs M" (the bytes it could not write).
 _NO_ROOM_TEXT = ("No space left on device", "File too large", "FileTooLarge", "StorageFull",
-                 "Disk quota exceeded", "file write failed")  # fmt: skip
+                 "Disk quota exceeded", "file write failed", "basic_ios::clear",
+                 "unexpected pos")  # fmt: skip
 
 
 def _disk_full(err: BaseException) -> str | None:
@@ -450,21 +460,33 @@ def premise(
     --num_generations, --max_completion_length, --temperature, --bicc_*, ...); the
     training-only ones (optimiser, steps, ...) play no part. docs/bicc.md, "Will BiCC
     help on my model?"."""
-    from .premise import check_options, dump, format_table, run_premise
+    from .premise import check_options
+    from .premise.command import check_premise_folder
     from .trainer.parse import parse_config
 
     args = [*_take_debug(list(ctx.args)), "--output_dir", str(out)]
     cfg = _run(parse_config, config, args)
     _run(check_options, problems, control, cfg)
+    _run(check_premise_folder, out)
     typer.echo(f"base configuration: {cfg.base_config}")
-    result = _run(run_premise, cfg, problems=problems, control=control, echo=typer.echo)
-    data = cfg.dataset or cfg.dataset_name or "the embedded task"
-    table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
-    typer.echo("\n" + table)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "premise.txt").write_text(table + "\n")
-    (out / "premise.json").write_text(dump(result))
+    _run(_premise_locked, cfg, out, problems, control)
     typer.echo(f"\nwritten: {out}/premise.json, premise.txt, samples.jsonl")
+
+
+def _premise_locked(cfg, out: Path, problems: int, control: str) -> None:
+    """premise's measurement and files under its folder's lock (a live train or premise
+    there refuses it), every file written through ``run_files``."""
+    from .premise import dump, format_table, run_premise
+    from .run_files import write_file, writer_lock
+
+    in_use = "output_dir={path!r} is in use by another run (a live process holds its lock); "
+    with writer_lock(out, in_use=in_use + "wait for it to end, or choose another --output_dir"):
+        result = run_premise(cfg, problems=problems, control=control, echo=typer.echo)
+        data = cfg.dataset or cfg.dataset_name or "the embedded task"
+        table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
+        typer.echo("\n" + table)
+        write_file(out, "premise.txt", table + "\n")
+        write_file(out, "premise.json", dump(result))
 
 
 if __name__ == "__main__":

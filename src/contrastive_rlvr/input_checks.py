@@ -154,6 +154,12 @@ def check_output_dir(path: str | os.PathLike[str]) -> None:
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
 
 
+def _is_under(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is strictly inside ``folder`` (links resolved)."""
+    inner, outer = path.resolve(), folder.resolve()
+    return inner != outer and outer in inner.parents
+
+
 def check_not_model_folder(config: Any) -> None:
     """``output_dir`` is not the folder of the model trained (the run's final save would
     replace the base model's weights, config and tokenizer); refused whatever
@@ -165,6 +171,12 @@ def check_not_model_folder(config: Any) -> None:
     if not model_path.exists() or not out.exists():
         return
     # A .gguf file's folder is not the model: the run writes no .gguf file.
+    if getattr(config, "overwrite_output_dir", False) and _is_under(model_path, out):
+        raise UserError(
+            f"model={model!r} is inside output_dir={str(config.output_dir)!r}, and "
+            "overwrite_output_dir=true removes that folder's checkpoints, the model among "
+            "them; train into another output_dir, or copy the model out first"
+        )
     if model_path.is_dir() and os.path.samefile(model_path, out):
         raise UserError(
             f"output_dir={str(config.output_dir)!r} is the folder of model={model!r}: the run "

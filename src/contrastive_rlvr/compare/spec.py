@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run_files import read_json, read_text
+
 #: arm name -> (bicc, rcc)
 ARMS: dict[str, tuple[bool, bool]] = {
     "plain": (False, False),
@@ -76,6 +78,9 @@ class CompareSpec:
                 raise ValueError(f"{name}: duplicates in {values}")
         if self.jobs < 1:
             raise ValueError(f"jobs={self.jobs} is invalid: must be >= 1")
+        bad = [s for s in self.seeds if not 0 <= s < 2**32]
+        if bad:  # refused before any run starts, not by the first run's config
+            raise ValueError(f"seeds: {bad[0]} is invalid: a seed must be in 0..2**32-1")
         for item in self.overrides:
             if item.startswith("--") and item[2:].split("=")[0].replace("-", "_") in MATRIX_FIELDS:
                 raise ValueError(
@@ -247,9 +252,9 @@ def _data_clash(run_dir: Path, data: dict | None) -> str | None:
     if data is None or not record.is_file():
         return None  # nothing to compare: no file now, or a run made before data.json
     try:
-        saved = json.loads(record.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return f"{record} does not parse"
+        saved = read_json(record)
+    except ValueError as err:  # run_files: not JSON, not a regular file, too large
+        return str(err)
     change = fingerprint_differences(saved if isinstance(saved, dict) else {}, data)
     return None if change is None else f"dataset {saved.get('path')} changed: {change}"
 
@@ -274,8 +279,8 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
     if data_change:
         return data_change
     try:
-        saved = run_settings(safe_yaml(saved_file.read_text()) or {})
-    except (yaml.YAMLError, YAMLTooLarge) as err:
+        saved = run_settings(safe_yaml(read_text(saved_file)) or {})
+    except (yaml.YAMLError, YAMLTooLarge, ValueError) as err:
         return f"{saved_file} does not parse ({' '.join(str(err).split())[:100]})"
     missing = object()
     # A field the folder's run predates is no difference while it is at its default.
@@ -294,8 +299,8 @@ def finished_summary(run_dir: Path) -> dict | None:
     from ..trainer.run_folder import SUMMARY_FILE
 
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        summary = read_json(run_dir / SUMMARY_FILE)
+    except (OSError, ValueError):  # absent, or not a whole regular JSON file
         return None
     if not isinstance(summary, dict) or "error" in summary:
         return None

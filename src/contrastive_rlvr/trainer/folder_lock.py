@@ -10,10 +10,31 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 from types import TracebackType
 
 from ..errors import UserError
+
+#: Folders this process holds the lock of, by (device, inode): a write of the run's own
+#: files (``run_files``) in such a folder is the holder's and needs no lock of its own.
+_HELD: set[tuple[int, int]] = set()
+_HELD_LOCK = threading.Lock()
+
+
+def _key(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino)
+
+
+def held_by_this_process(folder: str | os.PathLike[str]) -> bool:
+    """Whether this process holds ``folder``'s lock (an :class:`OutputDirLock` open on it)."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return False
+    with _HELD_LOCK:
+        return (info.st_dev, info.st_ino) in _HELD
 
 
 class OutputDirLock:
@@ -27,6 +48,14 @@ class OutputDirLock:
         self._fd: int | None = None
 
     def __enter__(self) -> OutputDirLock:
+        existing = self.path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            raise UserError(
+                f"{self.path} cannot be a folder: {existing} is a file; choose another "
+                "output folder, or move the file"
+            )
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -40,6 +69,8 @@ class OutputDirLock:
                 "holds its lock); wait for it to end, stop it, or choose another output_dir"
             ) from err
         self._fd = fd
+        with _HELD_LOCK:
+            _HELD.add(_key(fd))
         return self
 
     def __exit__(
@@ -49,6 +80,8 @@ class OutputDirLock:
         tb: TracebackType | None,
     ) -> None:
         if self._fd is not None:
+            with _HELD_LOCK:
+                _HELD.discard(_key(self._fd))
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
 

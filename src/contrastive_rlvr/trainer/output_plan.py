@@ -15,6 +15,7 @@ import yaml
 
 from ..checkpoints import checkpoint_problems, list_checkpoints, newest_complete_checkpoint
 from ..errors import UserError
+from ..run_files import read_json, read_text
 from .config import RLVRConfig
 from .config_compare import config_differences
 from .run_folder import (
@@ -47,8 +48,8 @@ def plan_output_dir(
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
-            summary = json.loads(summary_file.read_text())
-        except json.JSONDecodeError:
+            summary = read_json(summary_file)
+        except ValueError:
             logger.warning("%s does not parse: resuming the run", summary_file)
         else:
             if not _extends(config, summary):
@@ -134,8 +135,8 @@ def same_finished_run(config: RLVRConfig, out: Path) -> dict | None:
     same command again): it is reported, not refused nor run again. None otherwise (no
     whole summary, a run that stopped with an error, or any training field different)."""
     try:
-        summary = json.loads((out / SUMMARY_FILE).read_text())
-        saved = yaml.safe_load((out / CONFIG_FILE).read_text())
+        summary = read_json(out / SUMMARY_FILE)
+        saved = yaml.safe_load(read_text(out / CONFIG_FILE))
     except (OSError, ValueError, yaml.YAMLError):
         return None
     if not isinstance(summary, dict) or "error" in summary or not isinstance(saved, dict):
@@ -159,9 +160,9 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
         from .parse import YAMLTooLarge, safe_yaml
 
         try:
-            saved = safe_yaml(saved_file.read_text())
+            saved = safe_yaml(read_text(saved_file))
             problem = None if isinstance(saved, dict) else "holds no mapping of fields"
-        except (yaml.YAMLError, YAMLTooLarge) as err:
+        except (yaml.YAMLError, YAMLTooLarge, ValueError) as err:
             problem = f"does not parse ({' '.join(str(err).split())[:120]})"
     if problem is not None:
         if not config.resume_allow_config_change:
@@ -194,8 +195,8 @@ def _check_data_unchanged(config: RLVRConfig, out: Path, fingerprint: dict | Non
     if fingerprint is None or not record_file.is_file():
         return  # the embedded task, or a run recorded before data.json existed
     try:
-        saved = json.loads(record_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        saved = read_json(record_file)
+    except ValueError:  # not JSON, or not a regular file: differs from any data
         saved = {}
     change = fingerprint_differences(saved if isinstance(saved, dict) else {}, fingerprint)
     if change is None:

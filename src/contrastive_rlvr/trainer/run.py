@@ -20,6 +20,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 
 from ..checkpoints import refused_pickles_as_user_error
 from ..logs import follow_log_level
+from ..run_files import write_file
 from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
@@ -182,7 +183,7 @@ def _train_locked(
         out=out,
     )
     if trainer.accelerator.is_main_process:
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        write_file(out, SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     steps_here = trainer.state.global_step - first
     if steps_here == 0 and not eval_only:
         raise NoTrainingSteps(summary["error"])
