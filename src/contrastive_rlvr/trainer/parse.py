@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 from trl import TrlParser
 
 from ..configs import base_config_for, model_in_args
+from ..redaction import redact
 from .config import RLVRConfig
 from .config_groups import GROUPS
 
@@ -352,6 +353,7 @@ def config_help(resolved: RLVRConfig | None = None) -> str:
     values = None
     if resolved is not None:
         values = {f.name: getattr(resolved, f.name) for f in dataclasses.fields(RLVRConfig)}
+        values = redact(values)  # the secrets rule: no token on the terminal
     hints = typing.get_type_hints(RLVRConfig)
     every = {f.name: f for f in dataclasses.fields(RLVRConfig)}
     sections, ours = [], set()
@@ -410,7 +412,7 @@ def config_fields(resolved: RLVRConfig | None = None) -> str:
         lines.append(f"\n[{title}]")
         for name in names:
             f = every[name]
-            value = value_of(f)
+            value = redact({name: value_of(f)})[name]  # the secrets rule
             shown = json_value(getattr(value, "value", value))
             help_text = _first_sentence(f.metadata.get("help", ""))
             lines.append(f"{name}  {_short_type(hints[name])}  {shown}  {help_text}".rstrip())
