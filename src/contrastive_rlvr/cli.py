@@ -98,13 +98,13 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
+    from .termination import sigterm_as_sigint
     from .trainer.guards import (
         AllUpdatesSkipped,
         NonFiniteParametersError,
         NoTrainingSteps,
         RewardExitError,
     )
-    from .trainer.interrupts import sigterm_as_sigint
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:

@@ -9,8 +9,9 @@ Ctrl-C abandons the checkpoint (its folder removed, so no half-written checkpoin
 and stops at once. Outside checkpoint writes Ctrl-C stops as before.
 
 SIGTERM (what SLURM, Kubernetes and ``timeout`` send) is Ctrl-C: under
-:func:`sigterm_as_sigint` (every CLI command runs under it) it goes to whatever handles
-SIGINT at that moment, so a SIGTERM during a checkpoint write is held the same way.
+:func:`~contrastive_rlvr.termination.sigterm_as_sigint` (every CLI command runs under it)
+it goes to whatever handles SIGINT at that moment, so a SIGTERM during a checkpoint write
+is held the same way.
 """
 
 from __future__ import annotations
@@ -30,29 +31,6 @@ logger = logging.getLogger(__name__)
 
 #: Options a continuing command drops (it sets ``--resume true`` itself).
 _RESUME_OPTIONS = ("resume", "resume_from_checkpoint", "overwrite_output_dir")
-
-
-def _as_sigint(signum: int, frame: Any) -> None:
-    """SIGTERM's handler: do what SIGINT's handler of the moment does."""
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
-    elif handler != signal.SIG_IGN:
-        raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def sigterm_as_sigint() -> Iterator[None]:
-    """Within the block, SIGTERM behaves as Ctrl-C (the note, the held checkpoint write);
-    main thread only, the previous handler restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _as_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
