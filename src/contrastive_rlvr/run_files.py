@@ -18,7 +18,7 @@ them:
   file or the new one, never half of one;
 - *readable as the umask says*: ``mkstemp`` makes 0600 files; the file gets
   ``0666 & ~umask`` as an ordinary ``open`` would give it;
-- *one writer*: the folder's lock (:class:`~contrastive_rlvr.trainer.folder_lock.
+- *one writer*: the folder's lock (:class:`~contrastive_rlvr.folder_lock.
   OutputDirLock`) is taken for the write, so ``eval`` or ``premise`` cannot write into a
   folder a live ``train`` holds. A folder whose lock this process holds already (a run
   writing its own files, compare writing its table) is written under that lock. Under a
@@ -191,7 +191,7 @@ def check_replaceable(folder: str | os.PathLike[str], name: str | os.PathLike[st
 def writer_lock(folder: Path, in_use: str | None = None) -> Iterator[None]:
     """The lock of ``folder`` for a write: taken for the write, or already held by this
     process (the run's own lock); the main process's alone under a multi-process launch."""
-    from .trainer.folder_lock import OutputDirLock, held_by_this_process
+    from .folder_lock import OutputDirLock, held_by_this_process
 
     if os.environ.get("RANK", "0") != "0" or held_by_this_process(folder):
         yield
