@@ -20,11 +20,13 @@ from typing import Any
 
 
 def _as_sigint(signum: int, frame: Any) -> None:
-    """SIGTERM's handler: do what SIGINT's handler of the moment does."""
+    """SIGTERM's handler: do what SIGINT's handler of the moment does. SIGINT ignored (a
+    job started in the background with ``&`` or ``nohup`` inherits that) never makes
+    SIGTERM ignored: it then stops the command as Ctrl-C would."""
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)
-    elif handler != signal.SIG_IGN:
+    else:
         raise KeyboardInterrupt
 
 

@@ -29,10 +29,17 @@ with sigterm_as_sigint():
 """
 
 
-def test_sigterm_to_a_real_child_is_ctrl_c():
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_to_a_real_child_is_ctrl_c(sigint):
+    # "ignored": a job started with & or nohup inherits SIGINT ignored; SIGTERM still stops it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def before() -> None:
+        handler = signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL
+        signal.signal(signal.SIGINT, handler)
+
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
-                             env=env)  # fmt: skip
+                             env=env, preexec_fn=before)  # fmt: skip
     assert child.stdout.readline().strip() == "ready"
     child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=20)
