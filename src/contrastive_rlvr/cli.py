@@ -98,6 +98,7 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
+    from .input_checks import check_cache_variables
     from .termination import sigterm_as_sigint
     from .trainer.guards import (
         AllUpdatesSkipped,
@@ -108,7 +109,8 @@ def _run(fn, *args, **kwargs):
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
-        with sigterm_as_sigint():  # a cluster's SIGTERM is Ctrl-C (interrupts.py)
+        with sigterm_as_sigint():  # a cluster's SIGTERM is Ctrl-C (termination.py)
+            check_cache_variables()  # HF_HOME naming a file: one line, before any work
             return fn(*args, **kwargs)
     except USER_ERRORS as err:
         _fail(err, 2)

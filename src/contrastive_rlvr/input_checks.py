@@ -183,3 +183,33 @@ def check_not_model_folder(config: Any) -> None:
             "would write its weights over the model it starts from; choose another output_dir "
             "(overwrite_output_dir never allows this)"
         )
+
+
+#: Environment variables that name a folder where a library caches files: one that names
+#: a file fails deep inside that library (a NotADirectoryError many frames down).
+CACHE_VARIABLES = (
+    "CONTRASTIVE_RLVR_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+    "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR", "CONTRASTIVE_RLVR_BENCHMARKS_DIR",
+)  # fmt: skip
+
+
+def check_cache_variables(environ: Any = None) -> None:
+    """Refuse a cache variable (:data:`CACHE_VARIABLES`) that names a file, or a folder
+    under a file, in one line naming the variable and the fix; every command checks this
+    first (``cli._run``)."""
+    environ = os.environ if environ is None else environ
+    for name in CACHE_VARIABLES:
+        value = environ.get(name)
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            where = "" if existing == path else f" (under {existing}, a file)"
+            raise UserError(
+                f"{name}={value!r} names a file{where}, not a folder: the cache it names "
+                f"must be a folder; point {name} at a folder, or unset it"
+            )

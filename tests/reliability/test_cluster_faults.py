@@ -101,3 +101,18 @@ def test_a_memory_limit_is_one_line(capsys):
 
 def test_a_negative_seed_is_refused_when_the_config_is_built(tmp_path):
     one_line(cli(["train", "--seed", "-1", "--output_dir", str(tmp_path)]), 2, "seed=-1")
+
+
+@pytest.mark.parametrize("name", ["HF_HOME", "CONTRASTIVE_RLVR_CACHE", "HF_DATASETS_CACHE"])
+def test_a_cache_variable_naming_a_file_is_one_line_in_every_command(tmp_path, monkeypatch, name):
+    (tmp_path / "a-file").write_text("not a folder\n")
+    monkeypatch.setenv(name, str(tmp_path / "a-file"))
+    for args in (
+        ["train", "--output_dir", str(tmp_path / "o")],
+        ["eval", "--model", "m", "--output_dir", str(tmp_path / "e")],
+        ["compare", "--out", str(tmp_path / "c"), "--recipes", "grpo"],
+        ["premise", "--output_dir", str(tmp_path / "p")],
+    ):
+        one_line(cli(args), 2, f"{name}={str(tmp_path / 'a-file')!r} names a file")
+    monkeypatch.setenv(name, str(tmp_path / "a-file" / "cache"))
+    one_line(cli(["train", "--output_dir", str(tmp_path / "o")]), 2, "(under ")
