@@ -68,11 +68,15 @@ def holds_run(out: Path) -> list[str]:
 
 
 def save_data_identity(out: Path, config: RLVRConfig, fingerprint: dict | None) -> None:
-    """Record what data the run reads (``data.json``); nothing for the embedded task."""
-    if fingerprint is None:
+    """Record what the run reads (``data.json``): the dataset file's content and the run's
+    identity (reward code, dataset folder, model files: :mod:`.run_identity`); nothing for
+    the embedded task."""
+    from .run_identity import identity_of
+
+    if config.model == "embedded" and fingerprint is None:
         (out / DATA_FILE).unlink(missing_ok=True)
         return
-    record = {"dataset": config.dataset, **fingerprint}
+    record = {"dataset": config.dataset, **(fingerprint or {}), "identity": identity_of(config)}
     write_file(out, DATA_FILE, json.dumps(record, indent=2) + "\n")
 
 
