@@ -201,7 +201,7 @@ def _figures_section(folder: Path) -> str:
     except NoRunFolders:
         return ""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = plot_runs([folder], tmp)
+        paths = plot_runs([folder], tmp, require_steps=False)
         images = [
             f"<h3>{_esc(p.stem)}</h3><img alt='{_esc(p.stem)}' src='data:image/png;base64,"
             f"{base64.b64encode(p.read_bytes()).decode('ascii')}'>"

@@ -30,6 +30,10 @@ def hub_offline() -> bool:
     return models_hub_offline()
 
 
+#: Files of which a saved model folder holds at least one: its tokenizer is loaded from it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def check_model_path(model: str) -> None:
     """A local model path must exist (and hold a model); a Hub id must be cached when offline.
 
@@ -63,6 +67,12 @@ def check_model_path(model: str) -> None:
                 f"model={model!r}: the directory has no config.json (nor a PEFT "
                 "adapter_config.json), so it is not a saved Hugging Face model; point model "
                 "at the folder save_pretrained wrote"
+            )
+        if path.is_dir() and not any((path / n).is_file() for n in TOKENIZER_FILES):
+            raise UserError(
+                f"model={model!r}: the folder {str(path)!r} holds no tokenizer files (none of "
+                f"{', '.join(TOKENIZER_FILES)}); save the tokenizer there too "
+                "(tokenizer.save_pretrained(folder)) or give the folder that holds both"
             )
         if path.is_file() and path.suffix != ".gguf":
             raise UserError(

@@ -137,17 +137,7 @@ def _load_run(path: Path) -> Run:
     arm = next(a for a, flags in ARMS.items() if flags == (cfg["bicc"], cfg["rcc"]))
     metrics = _read_jsonl(path / "metrics.jsonl")
     deltas = _read_jsonl(path / "deltas.jsonl")
-    for name, rows in (("metrics.jsonl", metrics), ("deltas.jsonl", deltas)):
-        for number, row in enumerate(rows, start=1):
-            if not isinstance(row, dict) or not _is_int(row.get("step")):
-                raise ValueError(f"{name} row {number} is not a mapping with an integer step")
-    for number, row in enumerate(deltas, start=1):
-        if "delta" in row and not (
-            isinstance(row["delta"], list)
-            and isinstance(row.get("rewards"), list)
-            and len(row["rewards"]) == len(row["delta"])
-        ):
-            raise ValueError(f"deltas.jsonl row {number}: delta and rewards are not equal lists")
+    _check_rows(path, metrics, deltas)
     if summary is not None and not _has_heldout(summary):
         summary = None  # no held-out values (another tool's file): no before/after markers
     return Run(
@@ -159,6 +149,30 @@ def _load_run(path: Path) -> Run:
         deltas=deltas,
         summary=summary,
     )
+
+
+def _check_rows(path: Path, metrics: list, deltas: list) -> None:
+    """The rows of a run's logs are what this version writes: a mapping with an integer
+    step, numbers in metrics, equal lists in deltas; else a ``ValueError`` naming the
+    file, the row and the key."""
+    for name, rows in (("metrics.jsonl", metrics), ("deltas.jsonl", deltas)):
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row, dict) or not _is_int(row.get("step")):
+                raise ValueError(f"{name} row {number} is not a mapping with an integer step")
+    for number, row in enumerate(metrics, start=1):
+        for key, value in row.items():  # a run logs numbers only (MetricsJsonl)
+            number_like = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not number_like:
+                raise ValueError(
+                    f"{path / 'metrics.jsonl'} row {number}: {key}={value!r} is not a number"
+                )
+    for number, row in enumerate(deltas, start=1):
+        if "delta" in row and not (
+            isinstance(row["delta"], list)
+            and isinstance(row.get("rewards"), list)
+            and len(row["rewards"]) == len(row["delta"])
+        ):
+            raise ValueError(f"deltas.jsonl row {number}: delta and rewards are not equal lists")
 
 
 def _is_int(value: object) -> bool:
@@ -460,11 +474,20 @@ def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Pat
     return _finish(fig, out / f"ratio_margin_{file_part(recipe)}.png")
 
 
-def plot_runs(paths: Iterable[str | Path], out: str | Path) -> list[Path]:
+def plot_runs(
+    paths: Iterable[str | Path], out: str | Path, *, require_steps: bool = True
+) -> list[Path]:
     """Every figure for the runs under ``paths``, written to ``out``; returns the files.
     File names are built from the runs' recipes through :func:`file_part`, so every file
-    is written in ``out`` whatever a run folder's config.yaml says."""
+    is written in ``out`` whatever a run folder's config.yaml says. Runs that log no step
+    at all (an empty ``metrics.jsonl``) are an error unless ``require_steps=False`` (the
+    report, which shows their other sections): nothing would be drawn, without a word."""
     runs = find_runs(list(paths))
+    if require_steps and not any(r.metrics for r in runs):
+        raise ValueError(
+            f"nothing to plot: {', '.join(str(r.path) for r in runs)} log no step "
+            "(metrics.jsonl is empty or absent: the run stopped before its first logged step)"
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -238,3 +238,40 @@ def test_a_report_of_a_live_run_drops_its_torn_last_line(tmp_path):
         f.write('{"step": 4, "rew')  # the writer is mid-line
     claim(run / "metrics.jsonl")
     assert cli(["plot", str(run)]).exit_code == 0
+
+
+# ------------------------------------------------------------------ item 7: smaller ones
+
+
+def test_a_model_folder_without_tokenizer_files_is_named(tmp_path, monkeypatch):
+    forbid_model_loading(monkeypatch, "refused before the model loads")
+    model = save_tiny_model(tmp_path / "m")
+    for path in model.iterdir():
+        if "token" in path.name or path.name in ("vocab.json", "special_tokens_map.json"):
+            path.unlink()
+    one_line(cli(["eval", "--model", str(model), "--output_dir", str(tmp_path / "e")]), 2,
+             f"the folder '{model}' holds no tokenizer files")  # fmt: skip
+
+
+def test_malformed_model_init_kwargs_json_names_the_field(tmp_path):
+    result = cli(["train", "--model_init_kwargs", '{"dtype": ', "--output_dir", str(tmp_path)])
+    one_line(result, 2, "--model_init_kwargs is not valid JSON")
+
+
+def test_plot_of_a_run_with_an_empty_metrics_log_says_so(tmp_path):
+    run = _run_folder(tmp_path / "run")
+    (run / "metrics.jsonl").write_text("")
+    one_line(cli(["plot", str(run)]), 2, "nothing to plot")
+
+
+def test_a_non_number_in_metrics_names_the_file_row_and_key(tmp_path):
+    run = _run_folder(tmp_path / "run")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 4, "reward": "high"}) + "\n")
+    one_line(cli(["plot", str(run)]), 2, "metrics.jsonl row 4: reward='high' is not a number")
+
+
+def test_a_truncated_summary_names_the_file(tmp_path):
+    run = _run_folder(tmp_path / "run")
+    (run / "summary.json").write_text('{"heldout_avg@n_before": 0.5, "heldout_av')
+    one_line(cli(["report", str(run)]), 2, "summary.json is not JSON (it ends early")

@@ -66,7 +66,7 @@ def test_file_part_keeps_plain_names_and_two_names_two_files():
         ({"recipe": "grpo", "bicc": False, "rcc": False}, [[1, 2]],
          "metrics.jsonl row 1 is not a mapping with an integer step"),
         ({"recipe": "grpo", "bicc": False, "rcc": False}, [{"step": 1, "reward": "high"}],
-         "plot_curves could not draw the runs"),
+         "metrics.jsonl row 1: reward='high' is not a number"),
     ],
 )  # fmt: skip
 def test_plot_of_another_tools_folder_is_one_line(tmp_path, config, metrics, message):

@@ -287,6 +287,7 @@ def parse_config(
     # parse_args_and_config does; the YAML is read and loaded above, not by TrlParser,
     # which would lose the guarantees listed in docs/architecture.md ("Why the CLI parses
     # its own YAML"). No prefixes: --max_step must not silently mean --max_steps.
+    _check_json_fields(base, values, overrides)
     parser = _OneLineParser(RLVRConfig, allow_abbrev=False)
     unused = parser.set_defaults_with_config(**values)
     if unused:  # load_yaml took only RLVRConfig's fields, each an option
@@ -301,6 +302,31 @@ def parse_config(
         raise ValueError(_not_used(rest))
     config.base_config = str(base)
     return config
+
+
+def _check_json_fields(base: Path, values: dict, overrides: list[str]) -> None:
+    """A dict field given as a JSON string (``--model_init_kwargs '{...}'``) that does not
+    parse is one line naming the field (transformers' own parse names none)."""
+    import json
+
+    hints = typing.get_type_hints(RLVRConfig)
+    dict_fields = {n for n, h in hints.items() if "dict" in str(h).lower()}
+    given = [(f"config file {base}: {k}", v) for k, v in values.items() if k in dict_fields]
+    for i, arg in enumerate(overrides):
+        name, eq, value = arg.partition("=")
+        name = name[2:].replace("-", "_") if name.startswith("--") else ""
+        if name in dict_fields:
+            raw = value if eq else (overrides[i + 1] if i + 1 < len(overrides) else "")
+            given.append((f"--{name}", raw))
+    for where, raw in given:
+        if isinstance(raw, str) and raw.strip().startswith(("{", "[")):
+            try:
+                json.loads(raw)
+            except ValueError as err:
+                raise ValueError(
+                    f"{where} is not valid JSON ({err}); write it as a JSON object, e.g. "
+                    "'{\"dtype\": \"bfloat16\"}'"
+                ) from None
 
 
 class _ArgumentError(ValueError):
