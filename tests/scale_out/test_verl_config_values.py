@@ -52,3 +52,21 @@ def test_an_unknown_crlvr_loss_is_refused_naming_the_closest():
     check_loss_mode("crlvr_grpo")
     check_loss_mode("vanilla")  # verl's own: verl checks it
     assert "crlvr_grpo" in core_algos.POLICY_LOSS_REGISTRY
+
+
+def test_importing_the_settings_before_verl_registers_the_trainer_without_a_cycle():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import contrastive_rlvr.integrations.verl.settings\n"
+        "from verl.trainer.ppo.v1.trainer_base import get_trainer_cls\n"
+        "print(get_trainer_cls('crlvr_sync').__name__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "CrlvrTrainer"
+    assert "circular import" not in done.stderr and "not registered" not in done.stderr
