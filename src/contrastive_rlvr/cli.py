@@ -120,15 +120,12 @@ def _run(fn, *args, **kwargs):
         typer.echo(on_interrupt() if on_interrupt else "interrupted", err=True)
         raise typer.Exit(130) from err
     except MemoryError as err:  # a memory limit (ulimit -v, a cgroup): one line
-        _fail(RuntimeError(
-            f"out of memory ({type(err).__name__}{': ' + str(err) if str(err) else ''}); "
-            "lower the batch size, max_completion_length or the model's size, or allow the "
-            "process more memory (ulimit -v, the job's memory request)"), 1)  # fmt: skip
+        _fail(RuntimeError(_out_of_memory(err)), 1)
     except Exception as err:
-        full = _disk_full(err)
-        if full is None:
+        line = _out_of_memory(err) or _disk_full(err)
+        if line is None:
             raise
-        _fail(RuntimeError(full), 1)
+        _fail(RuntimeError(line), 1)
 
 
 #: errno values of a write that found no room: no space, quota, file-size limit.
@@ -139,6 +136,30 @@ _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _NO_ROOM_TEXT = ("No space left on device", "File too large", "FileTooLarge", "StorageFull",
                  "Disk quota exceeded", "file write failed", "basic_ios::clear",
                  "unexpected pos")  # fmt: skip
+
+
+#: How torch and the C++ runtime word an allocation that failed (errno 12, ENOMEM).
+_NO_MEMORY_TEXT = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc",
+                   "CUDA out of memory", "out of memory")  # fmt: skip
+
+
+def _out_of_memory(err: BaseException) -> str | None:
+    """The one line for an error that is memory running out anywhere in its chain (a
+    MemoryError, errno ENOMEM, torch's allocator failing under ``ulimit -v`` or on a full
+    GPU); None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        text = str(seen)
+        if (isinstance(seen, MemoryError) or getattr(seen, "errno", None) == errno.ENOMEM
+                or any(t in text for t in _NO_MEMORY_TEXT)):  # fmt: skip
+            detail = " ".join(text.split())[:120]
+            return (
+                f"out of memory ({type(seen).__name__}{': ' + detail if detail else ''}); "
+                "lower the batch size, max_completion_length or the model's size, or allow "
+                "the process more memory (ulimit -v, the job's memory request)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _disk_full(err: BaseException) -> str | None:

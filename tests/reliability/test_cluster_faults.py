@@ -86,11 +86,21 @@ def test_torchs_full_disk_wording_is_the_disk_full_line(text):
     assert line is not None and line.startswith("disk full")
 
 
-def test_a_memory_limit_is_one_line(capsys):
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError(),
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                     "allocate memory: you tried to allocate 245760 bytes. Error code 12 "
+                     "(Cannot allocate memory)"),  # torch under ulimit -v 1200000
+        OSError(12, "Cannot allocate memory"),
+    ],
+)  # fmt: skip
+def test_a_memory_limit_is_one_line(capsys, error):
     import typer
 
     def allocates() -> None:
-        raise MemoryError
+        raise error
 
     with pytest.raises(typer.Exit) as info:
         _run(allocates)
