@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import yaml
 
 from ..checkpoints import checkpoint_problems, list_checkpoints, newest_complete_checkpoint
 from ..errors import UserError
-from ..run_files import read_json, read_text
+from ..run_files import read_bytes, read_json, read_text, write_file
 from .config import RLVRConfig
 from .config_compare import config_differences
 from .run_folder import (
@@ -245,7 +244,7 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
         return
     if config.resume_allow_config_change:
         logger.warning("resuming with a changed config: %s", "; ".join(diffs))
-        shutil.copyfile(saved_file, out / "config.before-resume.yaml")
+        write_file(out, "config.before-resume.yaml", read_bytes(saved_file))
         return
     raise UserError(
         f"resume=True with a config that differs from {saved_file} in {len(diffs)} training "
@@ -277,7 +276,7 @@ def _check_data_unchanged(config: RLVRConfig, out: Path, fingerprint: dict | Non
         what = f"dataset={config.dataset!r} is not the data the run in {out} trained on ({change})"
     if config.resume_allow_config_change:
         logger.warning("resume: %s; continuing on the new data", what)
-        shutil.copyfile(record_file, out / "data.before-resume.json")
+        write_file(out, "data.before-resume.json", read_bytes(record_file))
         return
     raise UserError(
         f"resume=True but {what}: put the file back as it was, start a new run in another "
