@@ -67,3 +67,10 @@ def test_compare_results_spec_holds_no_token(tmp_path):
     report = build_results([], spec)
     _clear(json.dumps(report))
     assert HIDDEN in json.dumps(report["spec"]["overrides"])
+
+
+def test_the_command_printed_after_an_interrupt_shows_no_token(tmp_path):
+    from contrastive_rlvr.trainer.interrupts import continue_command, interrupted_note
+
+    _clear(continue_command(None, [*ARGS, "--seed", "1"]))
+    _clear(interrupted_note(tmp_path / "none", None, list(ARGS)))

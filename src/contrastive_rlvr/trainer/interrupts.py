@@ -102,7 +102,9 @@ def _command(config_file: str | None, overrides: Sequence[str], *extra: str) -> 
     words = ["contrastive-rlvr", "train"]
     if config_file:
         words += ["--config", str(config_file)]
-    return shlex.join([*words, *kept, *extra])
+    from ..redaction import redact_args  # the secrets rule: no token on the terminal
+
+    return shlex.join([*words, *redact_args(kept), *extra])
 
 
 def continue_command(config_file: str | None, overrides: Sequence[str]) -> str:
