@@ -369,6 +369,22 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None) -> byt
     return data
 
 
+def read_tail(path: str | os.PathLike[str], chars: int) -> str:
+    """The last ``chars`` bytes of a log (a regular file: a FIFO or a device is refused, as
+    :func:`read_bytes` refuses it), decoded as UTF-8 with bad bytes replaced; whatever
+    the log's size, only its end is read."""
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{path} is {_kind(info.st_mode)}, not a regular file; remove it")
+        os.lseek(fd, max(0, info.st_size - chars), os.SEEK_SET)
+        return os.read(fd, chars).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str | os.PathLike[str], *, limit: int | None = None) -> str:
     """:func:`read_bytes` as UTF-8 (bad bytes replaced: a run's files are the program's)."""
     return read_bytes(path, limit=limit).decode("utf-8", errors="replace")

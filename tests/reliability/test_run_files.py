@@ -190,3 +190,13 @@ def test_claim_refuses_a_linked_record(tmp_path):
     with pytest.raises(UserError, match="symbolic link"):
         claim(tmp_path / "x.json")
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_logs_tail_is_read_without_reading_the_whole_and_a_device_is_refused(tmp_path):
+    from contrastive_rlvr.run_files import read_tail
+
+    (tmp_path / "train.log").write_text("x" * 10_000 + "the end\n")
+    assert read_tail(tmp_path / "train.log", 8) == "the end\n"
+    (tmp_path / "linked.log").symlink_to("/dev/zero")
+    with pytest.raises(UserError, match="linked.log is a device"):
+        read_tail(tmp_path / "linked.log", 8)

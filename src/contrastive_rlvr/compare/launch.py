@@ -119,7 +119,12 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
 
 
 def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
-    tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
+    from ..run_files import read_tail
+
+    try:
+        tail = read_tail(log, LOG_TAIL_CHARS) if log.exists() else ""
+    except (OSError, ValueError) as err:  # a log that is not a regular file: say so
+        tail = f"({err})"
     message = f"{what} failed with exit code {code}; end of {log}:\n{tail}"
     _write_note(directory / "error.txt", message)
     return message

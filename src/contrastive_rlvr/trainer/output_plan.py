@@ -5,7 +5,6 @@ other data than the run recorded)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -310,7 +309,7 @@ def at_last_step(checkpoint: str, config: RLVRConfig) -> bool:
     """Whether ``checkpoint`` is at (or past) the run's last step (max_steps > 0 only)."""
     if config.max_steps < 1:
         return False
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    state = read_json(Path(checkpoint) / "trainer_state.json")
     return int(state["global_step"]) >= config.max_steps
 
 
