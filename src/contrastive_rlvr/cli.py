@@ -122,7 +122,7 @@ def _run(fn, *args, **kwargs):
     except MemoryError as err:  # a memory limit (ulimit -v, a cgroup): one line
         _fail(RuntimeError(_out_of_memory(err)), 1)
     except Exception as err:
-        line = _out_of_memory(err) or _disk_full(err)
+        line = _out_of_memory(err) or _disk_full(err) or _read_only(err)
         if line is None:
             raise
         _fail(RuntimeError(line), 1)
@@ -159,6 +159,18 @@ def _out_of_memory(err: BaseException) -> str | None:
                 "the process more memory (ulimit -v, the job's memory request)"
             )
         seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _read_only(err: BaseException) -> str | None:
+    """The one line for a write refused by a read-only file system (errno EROFS), which a
+    root user meets where permissions would let it write; None for any other error."""
+    if isinstance(err, OSError) and err.errno == errno.EROFS:
+        where = f" ({err.filename})" if err.filename else ""
+        return (
+            f"the file system is read-only{where}; choose an output folder on a writable "
+            "file system"
+        )
     return None
 
 

@@ -126,3 +126,18 @@ def test_a_cache_variable_naming_a_file_is_one_line_in_every_command(tmp_path, m
         one_line(cli(args), 2, f"{name}={str(tmp_path / 'a-file')!r} names a file")
     monkeypatch.setenv(name, str(tmp_path / "a-file" / "cache"))
     one_line(cli(["train", "--output_dir", str(tmp_path / "o")]), 2, "(under ")
+
+
+def test_a_read_only_file_system_is_one_line(capsys):
+    import errno
+
+    import typer
+
+    def writes() -> None:
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/premise.json")
+
+    with pytest.raises(typer.Exit) as info:
+        _run(writes)
+    assert info.value.exit_code == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "read-only (/mnt/ro/premise.json)" in err
