@@ -98,6 +98,8 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
+    from .input_checks import check_cache_variables
+    from .termination import sigterm_as_sigint
     from .trainer.guards import (
         AllUpdatesSkipped,
         NonFiniteParametersError,
@@ -107,7 +109,9 @@ def _run(fn, *args, **kwargs):
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
-        return fn(*args, **kwargs)
+        with sigterm_as_sigint():  # a cluster's SIGTERM is Ctrl-C (termination.py)
+            check_cache_variables()  # HF_HOME naming a file: one line, before any work
+            return fn(*args, **kwargs)
     except USER_ERRORS as err:
         _fail(err, 2)
     except (AllUpdatesSkipped, NonFiniteParametersError, NoTrainingSteps, RewardExitError) as err:
@@ -115,18 +119,59 @@ def _run(fn, *args, **kwargs):
     except KeyboardInterrupt as err:
         typer.echo(on_interrupt() if on_interrupt else "interrupted", err=True)
         raise typer.Exit(130) from err
+    except MemoryError as err:  # a memory limit (ulimit -v, a cgroup): one line
+        _fail(RuntimeError(_out_of_memory(err)), 1)
     except Exception as err:
-        full = _disk_full(err)
-        if full is None:
+        line = _out_of_memory(err) or _disk_full(err) or _read_only(err)
+        if line is None:
             raise
-        _fail(RuntimeError(full), 1)
+        _fail(RuntimeError(line), 1)
 
 
 #: errno values of a write that found no room: no space, quota, file-size limit.
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 #: How torch's and safetensors' writers word the same (they raise RuntimeError or their own).
+#: torch's zip writer on a full disk: "basic_ios::clear: iostream error" (libstdc++) or
+#: "unexpected pos N vs M" (the bytes it could not write).
 _NO_ROOM_TEXT = ("No space left on device", "File too large", "FileTooLarge", "StorageFull",
-                 "Disk quota exceeded", "file write failed")  # fmt: skip
+                 "Disk quota exceeded", "file write failed", "basic_ios::clear",
+                 "unexpected pos")  # fmt: skip
+
+
+#: How torch and the C++ runtime word an allocation that failed (errno 12, ENOMEM).
+_NO_MEMORY_TEXT = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc",
+                   "CUDA out of memory", "out of memory")  # fmt: skip
+
+
+def _out_of_memory(err: BaseException) -> str | None:
+    """The one line for an error that is memory running out anywhere in its chain (a
+    MemoryError, errno ENOMEM, torch's allocator failing under ``ulimit -v`` or on a full
+    GPU); None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        text = str(seen)
+        if (isinstance(seen, MemoryError) or getattr(seen, "errno", None) == errno.ENOMEM
+                or any(t in text for t in _NO_MEMORY_TEXT)):  # fmt: skip
+            detail = " ".join(text.split())[:120]
+            return (
+                f"out of memory ({type(seen).__name__}{': ' + detail if detail else ''}); "
+                "lower the batch size, max_completion_length or the model's size, or allow "
+                "the process more memory (ulimit -v, the job's memory request)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _read_only(err: BaseException) -> str | None:
+    """The one line for a write refused by a read-only file system (errno EROFS), which a
+    root user meets where permissions would let it write; None for any other error."""
+    if isinstance(err, OSError) and err.errno == errno.EROFS:
+        where = f" ({err.filename})" if err.filename else ""
+        return (
+            f"the file system is read-only{where}; choose an output folder on a writable "
+            "file system"
+        )
+    return None
 
 
 def _disk_full(err: BaseException) -> str | None:
@@ -450,21 +495,33 @@ def premise(
     --num_generations, --max_completion_length, --temperature, --bicc_*, ...); the
     training-only ones (optimiser, steps, ...) play no part. docs/bicc.md, "Will BiCC
     help on my model?"."""
-    from .premise import check_options, dump, format_table, run_premise
+    from .premise import check_options
+    from .premise.command import check_premise_folder
     from .trainer.parse import parse_config
 
     args = [*_take_debug(list(ctx.args)), "--output_dir", str(out)]
     cfg = _run(parse_config, config, args)
     _run(check_options, problems, control, cfg)
+    _run(check_premise_folder, out)
     typer.echo(f"base configuration: {cfg.base_config}")
-    result = _run(run_premise, cfg, problems=problems, control=control, echo=typer.echo)
-    data = cfg.dataset or cfg.dataset_name or "the embedded task"
-    table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
-    typer.echo("\n" + table)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "premise.txt").write_text(table + "\n")
-    (out / "premise.json").write_text(dump(result))
+    _run(_premise_locked, cfg, out, problems, control)
     typer.echo(f"\nwritten: {out}/premise.json, premise.txt, samples.jsonl")
+
+
+def _premise_locked(cfg, out: Path, problems: int, control: str) -> None:
+    """premise's measurement and files under its folder's lock (a live train or premise
+    there refuses it), every file written through ``run_files``."""
+    from .premise import dump, format_table, run_premise
+    from .run_files import write_file, writer_lock
+
+    in_use = "output_dir={path!r} is in use by another run (a live process holds its lock); "
+    with writer_lock(out, in_use=in_use + "wait for it to end, or choose another --output_dir"):
+        result = run_premise(cfg, problems=problems, control=control, echo=typer.echo)
+        data = cfg.dataset or cfg.dataset_name or "the embedded task"
+        table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
+        typer.echo("\n" + table)
+        write_file(out, "premise.txt", table + "\n")
+        write_file(out, "premise.json", dump(result))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -205,7 +203,7 @@ def _figures_section(folder: Path) -> str:
     except NoRunFolders:
         return ""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = plot_runs([folder], tmp)
+        paths = plot_runs([folder], tmp, require_steps=False)
         images = [
             f"<h3>{_esc(p.stem)}</h3><img alt='{_esc(p.stem)}' src='data:image/png;base64,"
             f"{base64.b64encode(p.read_bytes()).decode('ascii')}'>"
@@ -219,10 +217,9 @@ _READ_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
 
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not JSON ({err})") from err
+    from .run_files import read_json
+
+    return read_json(path)  # a regular file, bounded, errors naming it
 
 
 def _section(path: Path, kind: str, build, data: object) -> str:
@@ -271,14 +268,8 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
         + "\n</body></html>\n"
     )
     out = Path(out) if out is not None else folder / "report.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Through a temporary file renamed into place: a symbolic link planted at
-    # FOLDER/report.html is replaced, never written through.
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return out
+    # run_files: whole, umask mode, under the folder's lock; a link or a file no run
+    # wrote at report.html is refused, never written through
+    from .run_files import write_file
+
+    return write_file(out.parent, out.name, page)

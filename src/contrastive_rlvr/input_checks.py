@@ -30,6 +30,10 @@ def hub_offline() -> bool:
     return models_hub_offline()
 
 
+#: Files of which a saved model folder holds at least one: its tokenizer is loaded from it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def check_model_path(model: str) -> None:
     """A local model path must exist (and hold a model); a Hub id must be cached when offline.
 
@@ -63,6 +67,12 @@ def check_model_path(model: str) -> None:
                 f"model={model!r}: the directory has no config.json (nor a PEFT "
                 "adapter_config.json), so it is not a saved Hugging Face model; point model "
                 "at the folder save_pretrained wrote"
+            )
+        if path.is_dir() and not any((path / n).is_file() for n in TOKENIZER_FILES):
+            raise UserError(
+                f"model={model!r}: the folder {str(path)!r} holds no tokenizer files (none of "
+                f"{', '.join(TOKENIZER_FILES)}); save the tokenizer there too "
+                "(tokenizer.save_pretrained(folder)) or give the folder that holds both"
             )
         if path.is_file() and path.suffix != ".gguf":
             raise UserError(
@@ -154,6 +164,12 @@ def check_output_dir(path: str | os.PathLike[str]) -> None:
         raise UserError(f"output_dir={str(out)!r}: {str(existing)!r} is not writable")
 
 
+def _is_under(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is strictly inside ``folder`` (links resolved)."""
+    inner, outer = path.resolve(), folder.resolve()
+    return inner != outer and outer in inner.parents
+
+
 def check_not_model_folder(config: Any) -> None:
     """``output_dir`` is not the folder of the model trained (the run's final save would
     replace the base model's weights, config and tokenizer); refused whatever
@@ -165,9 +181,45 @@ def check_not_model_folder(config: Any) -> None:
     if not model_path.exists() or not out.exists():
         return
     # A .gguf file's folder is not the model: the run writes no .gguf file.
+    if getattr(config, "overwrite_output_dir", False) and _is_under(model_path, out):
+        raise UserError(
+            f"model={model!r} is inside output_dir={str(config.output_dir)!r}, and "
+            "overwrite_output_dir=true removes that folder's checkpoints, the model among "
+            "them; train into another output_dir, or copy the model out first"
+        )
     if model_path.is_dir() and os.path.samefile(model_path, out):
         raise UserError(
             f"output_dir={str(config.output_dir)!r} is the folder of model={model!r}: the run "
             "would write its weights over the model it starts from; choose another output_dir "
             "(overwrite_output_dir never allows this)"
         )
+
+
+#: Environment variables that name a folder where a library caches files: one that names
+#: a file fails deep inside that library (a NotADirectoryError many frames down).
+CACHE_VARIABLES = (
+    "CONTRASTIVE_RLVR_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+    "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR", "CONTRASTIVE_RLVR_BENCHMARKS_DIR",
+)  # fmt: skip
+
+
+def check_cache_variables(environ: Any = None) -> None:
+    """Refuse a cache variable (:data:`CACHE_VARIABLES`) that names a file, or a folder
+    under a file, in one line naming the variable and the fix; every command checks this
+    first (``cli._run``)."""
+    environ = os.environ if environ is None else environ
+    for name in CACHE_VARIABLES:
+        value = environ.get(name)
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            where = "" if existing == path else f" (under {existing}, a file)"
+            raise UserError(
+                f"{name}={value!r} names a file{where}, not a folder: the cache it names "
+                f"must be a folder; point {name} at a folder, or unset it"
+            )

@@ -284,7 +284,25 @@ def adapter_base(folder: str | os.PathLike[str]) -> str:
             f"{path} names no base model (base_model_name_or_path); load the base model "
             "and the adapter with peft yourself"
         )
+    if is_relative_path(str(base)):
+        # resolved against the directory the command runs in: from another directory the
+        # same adapter would load another model, and say nothing
+        raise ValueError(
+            f"{path} names its base model by the relative path {base!r}, which means another "
+            "folder from every directory it is run in; write the base's absolute path (or "
+            "its Hub id) as base_model_name_or_path there"
+        )
     return str(base)
+
+
+def is_relative_path(name: str) -> bool:
+    """Whether a model name is a relative file path (``../tiny``, ``./m``, ``runs/x`` that
+    exists here), not a Hub id or an absolute path."""
+    if Path(name).expanduser().is_absolute() or name.startswith("~"):
+        return False
+    return name.startswith(("./", "../", ".\\", "..\\")) or name in (".", "..") or (
+        Path(name).exists() and name.count("/") != 1)  # fmt: skip
+
 
 
 def resolve_model_source(

@@ -20,10 +20,7 @@ several. One figure of each kind per recipe:
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +33,7 @@ import numpy as np
 import yaml
 
 from .compare import ARM_SUFFIX, ARMS, CI_LEVEL, grad_var_summary, recipe_label
+from .run_files import open_atomic, read_json, read_jsonl, read_text
 from .stats import MeanCI, mean_ci
 
 ARM_COLORS = {"plain": "tab:blue", "bicc": "tab:orange", "rcc": "tab:green", "bicc+rcc": "tab:red"}
@@ -95,17 +93,11 @@ class Run:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
+    """The rows of a run's JSON-lines log (``run_files.read_jsonl``: a regular file, a
+    bounded size, the torn last line of a live run dropped, errors naming file and line)."""
+    if not path.exists() and not path.is_symlink():
         return []
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}, line {number}: not JSON ({err.msg})") from err
-    return rows
+    return read_jsonl(path, objects=False)  # each row is checked by the caller
 
 
 def load_run(path: str | Path) -> Run:
@@ -124,11 +116,11 @@ def load_run(path: str | Path) -> Run:
 
 def _load_run(path: Path) -> Run:
     config_file, summary_file = path / "config.yaml", path / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+    summary = read_json(summary_file) if summary_file.exists() else None
     if summary is not None and not isinstance(summary, dict):
         raise ValueError(f"{summary_file.name} holds a {type(summary).__name__}, not a mapping")
     if config_file.exists():
-        cfg = yaml.safe_load(config_file.read_text()) or {}
+        cfg = yaml.safe_load(read_text(config_file)) or {}
     elif summary is not None:
         cfg = summary
     else:
@@ -145,17 +137,7 @@ def _load_run(path: Path) -> Run:
     arm = next(a for a, flags in ARMS.items() if flags == (cfg["bicc"], cfg["rcc"]))
     metrics = _read_jsonl(path / "metrics.jsonl")
     deltas = _read_jsonl(path / "deltas.jsonl")
-    for name, rows in (("metrics.jsonl", metrics), ("deltas.jsonl", deltas)):
-        for number, row in enumerate(rows, start=1):
-            if not isinstance(row, dict) or not _is_int(row.get("step")):
-                raise ValueError(f"{name} row {number} is not a mapping with an integer step")
-    for number, row in enumerate(deltas, start=1):
-        if "delta" in row and not (
-            isinstance(row["delta"], list)
-            and isinstance(row.get("rewards"), list)
-            and len(row["rewards"]) == len(row["delta"])
-        ):
-            raise ValueError(f"deltas.jsonl row {number}: delta and rewards are not equal lists")
+    _check_rows(path, metrics, deltas)
     if summary is not None and not _has_heldout(summary):
         summary = None  # no held-out values (another tool's file): no before/after markers
     return Run(
@@ -167,6 +149,30 @@ def _load_run(path: Path) -> Run:
         deltas=deltas,
         summary=summary,
     )
+
+
+def _check_rows(path: Path, metrics: list, deltas: list) -> None:
+    """The rows of a run's logs are what this version writes: a mapping with an integer
+    step, numbers in metrics, equal lists in deltas; else a ``ValueError`` naming the
+    file, the row and the key."""
+    for name, rows in (("metrics.jsonl", metrics), ("deltas.jsonl", deltas)):
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row, dict) or not _is_int(row.get("step")):
+                raise ValueError(f"{name} row {number} is not a mapping with an integer step")
+    for number, row in enumerate(metrics, start=1):
+        for key, value in row.items():  # a run logs numbers only (MetricsJsonl)
+            number_like = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not number_like:
+                raise ValueError(
+                    f"{path / 'metrics.jsonl'} row {number}: {key}={value!r} is not a number"
+                )
+    for number, row in enumerate(deltas, start=1):
+        if "delta" in row and not (
+            isinstance(row["delta"], list)
+            and isinstance(row.get("rewards"), list)
+            and len(row["rewards"]) == len(row["delta"])
+        ):
+            raise ValueError(f"deltas.jsonl row {number}: delta and rewards are not equal lists")
 
 
 def _is_int(value: object) -> bool:
@@ -249,19 +255,14 @@ def _seeds_note(runs: Sequence[Run]) -> str:
 
 
 def _finish(fig, path: Path) -> Path:
-    """Save ``fig`` as ``path`` through a temporary file renamed into place: a symbolic
-    link planted at ``path`` (the default figures folder is inside the run folder) is
-    replaced, never written through."""
+    """Save ``fig`` as ``path`` through ``run_files`` (whole, umask mode, under the
+    folder's lock; a link or a file no run wrote at ``path`` refused, never followed)."""
     fig.tight_layout()
-    # mkstemp: a new file of a random name (O_EXCL), so no planted link is followed either
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open_atomic(path.parent, path.name, "wb") as f:
             fig.savefig(f, dpi=DPI, format="png")
-        os.replace(tmp, path)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -495,11 +496,20 @@ def plot_ratio_margin(recipe: str, arms: dict[str, list[Run]], out: Path) -> Pat
     return _finish(fig, out / f"ratio_margin_{file_part(recipe)}.png")
 
 
-def plot_runs(paths: Iterable[str | Path], out: str | Path) -> list[Path]:
+def plot_runs(
+    paths: Iterable[str | Path], out: str | Path, *, require_steps: bool = True
+) -> list[Path]:
     """Every figure for the runs under ``paths``, written to ``out``; returns the files.
     File names are built from the runs' recipes through :func:`file_part`, so every file
-    is written in ``out`` whatever a run folder's config.yaml says."""
+    is written in ``out`` whatever a run folder's config.yaml says. Runs that log no step
+    at all (an empty ``metrics.jsonl``) are an error unless ``require_steps=False`` (the
+    report, which shows their other sections): nothing would be drawn, without a word."""
     runs = find_runs(list(paths))
+    if require_steps and not any(r.metrics for r in runs):
+        raise ValueError(
+            f"nothing to plot: {', '.join(str(r.path) for r in runs)} log no step "
+            "(metrics.jsonl is empty or absent: the run stopped before its first logged step)"
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

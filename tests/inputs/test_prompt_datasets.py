@@ -1,6 +1,7 @@
 """Prompt datasets: field mapping, GSM8K answers, malformed rows, skip-bad-rows."""
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -182,3 +183,30 @@ def test_json_file_encodings(tmp_path):
     assert str(err.value) == (
         f"{g} line 3: invalid UTF-8 (byte 0xff at column 14); save the file as UTF-8"
     )
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([{"role": "user", "content": "1+1="}, {"role": "assistant", "content": None}],
+         "line 2: field 'prompt' message 2 (role assistant) has content null (a tool-call turn?)"),
+        ([{"role": "system", "content": "Be brief."}],
+         "line 2: field 'prompt' holds no user message (roles: system)"),
+    ],
+)  # fmt: skip
+def test_a_tool_call_turn_or_a_system_only_prompt_names_the_row(tmp_path, messages, message):
+    path = tmp_path / "chat.jsonl"
+    good = {"prompt": [{"role": "user", "content": "2+2="}], "answer": "4"}
+    bad = {"prompt": messages, "answer": "2"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_prompts(path)
+
+
+def test_an_integer_beyond_64_bits_in_an_extra_column_is_named(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"prompt": "1+1=", "answer": "2", "big": 1}, {"prompt": "2+2=", "answer": "4",
+                                                          "big": 2**80}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"line 2: column 'big' holds the integer \d+, beyond 64"):
+        load_prompts(path)

@@ -42,3 +42,11 @@ def test_chat_prompts_are_measured_as_the_template_renders_them():
     check_prompt_lengths(config, _model(10), tokenizer, [prompt])
     with pytest.raises(UserError, match="longest prompt is 6 tokens"):
         check_prompt_lengths(config, _model(9), tokenizer, [prompt])
+
+
+def test_every_row_is_checked_not_the_first_2000():
+    tokenizer = build_char_tokenizer()
+    config = SimpleNamespace(dataset="d.jsonl", max_completion_length=8)
+    prompts = ["1+2="] * 2600 + ["1" * 40]  # the long one is row 2601
+    with pytest.raises(UserError, match="longest prompt is 41 tokens"):
+        check_prompt_lengths(config, _model(32), tokenizer, prompts)

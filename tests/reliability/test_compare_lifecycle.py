@@ -22,6 +22,7 @@ import yaml
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.compare import launch as compare_launch
+from contrastive_rlvr.run_files import write_file
 from contrastive_rlvr.trainer.preflight import UserError
 
 FAKE_WORKER = Path(__file__).parents[1] / "scripts" / "compare_fake_worker.py"
@@ -136,7 +137,7 @@ def test_a_rerun_leaves_a_live_runs_files_alone(tmp_path, locking_training):
     out = tmp_path / "out"
     live = out / "grpo" / "plain" / "seed0"
     live.mkdir(parents=True)
-    (live / "train.log").write_text("step 1 of the live run\n")
+    write_file(live, "train.log", "step 1 of the live run\n")  # the log compare opened
     holder = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:

@@ -93,6 +93,7 @@ def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path, monkeypatch
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "tokenizer_config.json").write_text("{}")
     (tmp_path / "model" / "model.safetensors").write_bytes(b"\x02" + b"\0" * 7 + b"{}")
     data = tmp_path / "d.jsonl"
     _write(data, _rows("1"))

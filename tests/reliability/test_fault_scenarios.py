@@ -21,6 +21,7 @@ from trainer_utils import save_tiny_model
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.evaluation import EvalConfig
+from contrastive_rlvr.run_files import claim
 from contrastive_rlvr.trainer.callbacks import MetricsJsonl, _shown
 from contrastive_rlvr.trainer.embedded_inputs import warm_start_problems
 from contrastive_rlvr.trainer.folder_lock import OutputDirLock
@@ -245,6 +246,7 @@ def test_a_failed_start_does_not_block_the_rerun(tmp_path):
 def test_torn_last_line_of_metrics_is_dropped_and_named(tmp_path, caplog):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": 0.7}\n{"step": 3, "rew')
+    claim(path)  # a run's own log (run_files records the files the project wrote)
     args = type("A", (), {"should_save": True})()
     state = type("S", (), {"global_step": 2})()
     MetricsJsonl(tmp_path).on_train_begin(args, state, None)

@@ -242,7 +242,7 @@ def test_bad_spec_raises(flags, message):
 def test_bad_yaml_field_raises(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("recipe: grpo\n")
-    with pytest.raises(ValueError, match=r"unknown field\(s\) \['recipe'\]"):
+    with pytest.raises(ValueError, match=r"unknown field 'recipe' \(did you mean recipes\?\)"):
         cmp.make_spec(bad)
 
 

@@ -56,6 +56,7 @@ def test_a_reward_file_that_fails_to_import_is_one_line(tmp_path, guarded, sourc
     reward.write_text(source)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "m" / "tokenizer_config.json").write_text("{}")
     (tmp_path / "m" / "model.safetensors").write_bytes(b"\x02" + b"\0" * 7 + b"{}")
     rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(8)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -86,3 +87,21 @@ def test_two_files_of_one_name_are_two_modules(tmp_path):
     b = resolve_reward(f"{tmp_path / 'b' / 'rewards.py'}:r")
     assert (a([""], ["x"]), b([""], ["x"])) == ([1.0], [2.0])
     assert pickle.loads(pickle.dumps(a)) is a and pickle.loads(pickle.dumps(b)) is b
+
+
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_a_reward_file_others_can_change_is_imported_with_a_warning(tmp_path, caplog, where):
+    import os
+
+    from contrastive_rlvr.rewards.loading import load_reward_function
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    reward = folder / "reward.py"
+    reward.write_text("def f(prompts, completions, **k):\n    return [0.0] * len(completions)\n")
+    os.chmod(reward if where == "file" else folder, 0o777 if where == "folder" else 0o666)
+    with caplog.at_level("WARNING"):
+        load_reward_function(f"{reward}:f")
+    assert "anyone on this machine could change what it runs" in caplog.text
+    said = "writable by every user" if where == "file" else "lets every user replace it"
+    assert said in caplog.text

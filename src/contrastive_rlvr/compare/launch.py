@@ -79,8 +79,9 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
     """Run the worker command ``argv`` (see :func:`_worker`) with its output in ``log``:
     in this process (exceptions caught, Ctrl-C passed on) or in a child process.
     Returns the exit code (a child stopped by Ctrl-C: negative)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
+    from ..run_files import open_log
+
+    with open_log(log.parent, log.name) as f:
         if not in_process:
             cmd = _child_command(argv)
             with _CHILDREN.lock:
@@ -118,7 +119,12 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
 
 
 def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
-    tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
+    from ..run_files import read_tail
+
+    try:
+        tail = read_tail(log, LOG_TAIL_CHARS) if log.exists() else ""
+    except (OSError, ValueError) as err:  # a log that is not a regular file: say so
+        tail = f"({err})"
     message = f"{what} failed with exit code {code}; end of {log}:\n{tail}"
     _write_note(directory / "error.txt", message)
     return message
@@ -126,8 +132,10 @@ def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
 
 def _write_note(path: Path, text: str) -> None:
     """Best effort: the folder may be what could not be made."""
-    with contextlib.suppress(OSError):
-        path.write_text(text)
+    from ..run_files import write_file
+
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a link or a user's file
+        write_file(path.parent, path.name, text)
 
 
 # ---------------------------------------------------------------------- SFT warm-start cache

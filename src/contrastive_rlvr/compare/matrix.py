@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import signal
 import threading
@@ -15,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..run_files import adopt, read_text, write_file
 from .launch import _CHILDREN, _launch, _record_failure, _write_note
 from .spec import (
     BUSY_NOTE,
@@ -136,7 +136,10 @@ def _run_matrix(spec: CompareSpec, echo, source: Path, text: str, runs: list) ->
     out = Path(spec.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = out / BASE_CONFIG
-    base.write_text(f"# copied from {source}\n" + text)
+    # a compare folder of an earlier version (no record of the files it wrote): its own
+    if base.is_file() and read_text(base).startswith("# copied from "):
+        adopt(out, [BASE_CONFIG, "results.json", "results.md"])
+    write_file(out, BASE_CONFIG, f"# copied from {source}\n" + text)
     spec = dataclasses.replace(spec, config=str(base))
     started = time.perf_counter()
     pending = [r for r in runs if finished_summary(r.output_dir) is None]
@@ -225,6 +228,4 @@ def _write_results(report: dict, out: Path) -> None:
         ("results.json", json.dumps(report, indent=2) + "\n"),
         ("results.md", results_markdown(report)),
     ):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        write_file(out, name, text)

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run_files import read_json, read_text
+
 #: arm name -> (bicc, rcc)
 ARMS: dict[str, tuple[bool, bool]] = {
     "plain": (False, False),
@@ -76,6 +78,9 @@ class CompareSpec:
                 raise ValueError(f"{name}: duplicates in {values}")
         if self.jobs < 1:
             raise ValueError(f"jobs={self.jobs} is invalid: must be >= 1")
+        bad = [s for s in self.seeds if not 0 <= s < 2**32]
+        if bad:  # refused before any run starts, not by the first run's config
+            raise ValueError(f"seeds: {bad[0]} is invalid: a seed must be in 0..2**32-1")
         for item in self.overrides:
             if item.startswith("--") and item[2:].split("=")[0].replace("-", "_") in MATRIX_FIELDS:
                 raise ValueError(
@@ -204,7 +209,10 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
 
     out = Path(spec.output_dir)
     runs, clashes = [], []
+    from ..trainer.run_identity import identity_of
+
     data_identity: dict[str, dict | None] = {}  # dataset -> its fingerprint, hashed once
+    identities: dict[tuple, dict] = {}
     for recipe in spec.recipes:
         for arm in spec.arms:
             for seed in spec.seeds:
@@ -217,7 +225,10 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
                 if cfg.dataset not in data_identity:
                     data_identity[cfg.dataset] = _data_fingerprint(cfg.dataset)
                 data = data_identity[cfg.dataset]
-                clash = _folder_clash(run.output_dir, settings, data)
+                key = (tuple(cfg.rewards or ()), cfg.dataset, cfg.model)
+                if key not in identities:  # reward code, dataset folder, model files
+                    identities[key] = identity_of(cfg)
+                clash = _folder_clash(run.output_dir, settings, data, identities[key])
                 if clash:
                     clashes.append(f"{recipe}/{arm}/seed{seed} ({clash})")
                 # The data's content is part of the key: results.json tells its versions apart.
@@ -242,23 +253,30 @@ def _data_fingerprint(dataset: str | None) -> dict | None:
     return file_fingerprint(dataset)
 
 
-def _data_clash(run_dir: Path, data: dict | None) -> str | None:
-    """How the dataset file differs from the one the run in ``run_dir`` recorded."""
+def _data_clash(run_dir: Path, data: dict | None, identity: dict | None = None) -> str | None:
+    """How the dataset file, or the run's other inputs (``identity``: reward code, dataset
+    folder, model files), differ from what the run in ``run_dir`` recorded."""
     from ..data import fingerprint_differences
     from ..trainer.run_folder import DATA_FILE
+    from ..trainer.run_identity import identity_differences
 
     record = run_dir / DATA_FILE
-    if data is None or not record.is_file():
-        return None  # nothing to compare: no file now, or a run made before data.json
+    if not record.is_file():
+        return None  # nothing to compare: a run made before data.json, or the embedded task
     try:
-        saved = json.loads(record.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return f"{record} does not parse"
-    change = fingerprint_differences(saved if isinstance(saved, dict) else {}, data)
-    return None if change is None else f"dataset {saved.get('path')} changed: {change}"
+        saved = read_json(record)
+    except ValueError as err:  # run_files: not JSON, not a regular file, too large
+        return str(err)
+    saved = saved if isinstance(saved, dict) else {}
+    change = None if data is None else fingerprint_differences(saved, data)
+    if change is not None:
+        return f"dataset {saved.get('path')} changed: {change}"
+    return None if identity is None else identity_differences(saved.get("identity"), identity)
 
 
-def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> str | None:
+def _folder_clash(
+    run_dir: Path, settings: dict, data: dict | None = None, identity: dict | None = None
+) -> str | None:
     """The differing fields when ``run_dir`` holds a result or a checkpoint made with
     other settings than ``settings`` or on other data than ``data`` (the dataset file's
     fingerprint now); None: it holds none, or one made with these."""
@@ -274,12 +292,12 @@ def _folder_clash(run_dir: Path, settings: dict, data: dict | None = None) -> st
         return None
     if finished_summary(run_dir) is None and newest_complete_checkpoint(run_dir)[0] is None:
         return None  # a failed or unstarted attempt: rerun in its place
-    data_change = _data_clash(run_dir, data)
+    data_change = _data_clash(run_dir, data, identity)
     if data_change:
         return data_change
     try:
-        saved = run_settings(safe_yaml(saved_file.read_text()) or {})
-    except (yaml.YAMLError, YAMLTooLarge) as err:
+        saved = run_settings(safe_yaml(read_text(saved_file)) or {})
+    except (yaml.YAMLError, YAMLTooLarge, ValueError) as err:
         return f"{saved_file} does not parse ({' '.join(str(err).split())[:100]})"
     missing = object()
     # A field the folder's run predates is no difference while it is at its default.
@@ -298,8 +316,8 @@ def finished_summary(run_dir: Path) -> dict | None:
     from ..trainer.run_folder import SUMMARY_FILE
 
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        summary = read_json(run_dir / SUMMARY_FILE)
+    except (OSError, ValueError):  # absent, or not a whole regular JSON file
         return None
     if not isinstance(summary, dict) or "error" in summary:
         return None

@@ -6,9 +6,10 @@ gradient-variance ratio (:func:`build_results`), and the markdown table
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
+from ..redaction import redact
+from ..run_files import read_jsonl
 from ..stats import (
     DIFFERENCE_RANGE,
     UNIT_RANGE,
@@ -104,7 +105,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
         "difference": "mean over seeds of (arm - plain arm of the same recipe), paired by seed",
         "grad_var": GRAD_VAR_NOTE,
         "no_interval": ONE_SEED_NOTE if any(len(r["seeds"]) == 1 for r in rows) else None,
-        "spec": dataclasses.asdict(spec),
+        "spec": redact(dataclasses.asdict(spec)),  # the secrets rule: no token in results
         "rows": rows,
         "failed": failed,
         "busy": busy,
@@ -130,10 +131,7 @@ def grad_var_summary(metrics_file: Path) -> dict | None:
     if not metrics_file.exists():
         return None
     plain, rcc = [], []
-    for line in metrics_file.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for row in read_jsonl(metrics_file):  # a live run's torn last line dropped
         p, r = row.get("diag/grad_var_plain"), row.get("diag/grad_var_rcc")
         if isinstance(p, int | float) and isinstance(r, int | float):
             plain.append(float(p))

@@ -4,11 +4,13 @@ key changed) and copied into every run of that seed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..run_files import read_json, write_file
 from .launch import _launch, _record_failure
 from .spec import BUSY_NOTE, BUSY_PREFIX, CompareSpec, FolderBusy, _config_args
 
@@ -70,8 +72,9 @@ def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
         raise FolderBusy(cache)
     key_file = cache / SFT_KEY_FILE
     if (cache / SFT_DIR / "config.json").exists() and key_file.exists():
-        if json.loads(key_file.read_text()) == key:
-            return None
+        with contextlib.suppress(ValueError):  # a key that does not parse: build again
+            if read_json(key_file) == key:
+                return None
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     argv = ["warm-start", str(cache), *_config_args(spec), *spec.overrides, "--seed", str(seed)]
@@ -80,7 +83,7 @@ def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
         return _record_failure(
             cache, f"SFT warm start of seed {seed}", code, cache / "warm-start.log"
         )
-    key_file.write_text(json.dumps(key) + "\n")
+    write_file(cache, SFT_KEY_FILE, json.dumps(key) + "\n")
     return None
 
 

@@ -73,15 +73,27 @@ def _check_prompt(value: Any, field: str, where: str) -> str | list[dict[str, st
         if not value.strip():
             raise ValueError(f"{where}: field {field!r} is empty")
         return value
-    if (
-        isinstance(value, list)
-        and value
-        and all(
-            isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m
-            for m in value
-        )
-    ):
-        return [{"role": str(m["role"]), "content": m["content"]} for m in value]
+    if isinstance(value, list) and value:
+        for i, m in enumerate(value, start=1):
+            if not isinstance(m, Mapping) or "role" not in m:
+                raise ValueError(f"{where}: field {field!r} message {i} is not a {{'role', "
+                                 "'content'}} mapping")  # fmt: skip
+            if not isinstance(m.get("content"), str):
+                kind = "null (a tool-call turn?)" if m.get("content") is None else (
+                    type(m.get("content")).__name__)  # fmt: skip
+                raise ValueError(
+                    f"{where}: field {field!r} message {i} (role {m['role']}) has content "
+                    f"{kind}, not text; give every message a text content, or leave the "
+                    "row out"
+                )
+        messages = [{"role": str(m["role"]), "content": m["content"]} for m in value]
+        if not any(m["role"] == "user" for m in messages):
+            roles = ", ".join(dict.fromkeys(m["role"] for m in messages))
+            raise ValueError(
+                f"{where}: field {field!r} holds no user message (roles: {roles}); a prompt "
+                "needs the user's turn"
+            )
+        return messages
     raise ValueError(
         f"{where}: field {field!r} must be a string or a list of {{'role', 'content'}} "
         f"messages, got {type(value).__name__}"

@@ -102,7 +102,31 @@ def _jsonl_lines(path: Path, blanks: list[int]) -> Iterator[tuple[str, Any]]:
                 continue
             if not isinstance(row, dict):
                 row = ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            else:
+                row = _wide_integer(row, where) or row
             yield where, row
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _wide_integer(row: dict, where: str) -> ValueError | None:
+    """An integer beyond 64 bits in a column (nested too): ``datasets`` stores it as a
+    float, so a reward would get 1.2089258196146292e+24 for 2**80, without a word."""
+    stack = [(k, v) for k, v in row.items()]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64[0] <= value <= _INT64[1]:
+                return ValueError(
+                    f"{where}: column {key!r} holds the integer {value}, beyond 64 bits, which "
+                    "the dataset would turn into a float; write it as a string"
+                )
+        elif isinstance(value, dict):
+            stack += [(f"{key}.{k}", v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    return None
 
 
 def _json_items(path: Path) -> Iterator[tuple[str, Any]] | None:
@@ -121,7 +145,8 @@ def _json_items(path: Path) -> Iterator[tuple[str, Any]] | None:
     if not isinstance(data, list):
         raise ValueError(f"{path}: a .json prompt file must hold a list of objects (or JSON lines)")
     return (
-        (f"{path} item {i}", row if isinstance(row, dict) else ValueError(
+        (f"{path} item {i}", (_wide_integer(row, f"{path} item {i}") or row)
+         if isinstance(row, dict) else ValueError(
             f"{path} item {i}: expected a JSON object, got {type(row).__name__}"
         ))
         for i, row in enumerate(data, start=1)

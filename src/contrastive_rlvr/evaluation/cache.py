@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,16 @@ class GenerationCache:
     """Samples of one benchmark under one setting, keyed by ``(problem_id, seed)``."""
 
     def __init__(self, directory: str | Path, benchmark: str, setting: Mapping[str, Any]) -> None:
+        from ..run_files import inside, write_file
+
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         stem = f"{benchmark}-{fingerprint(setting)}"
-        self.path = directory / f"{stem}.jsonl"
+        self.path = inside(directory, f"{stem}.jsonl")  # no link, no name outside
         meta = directory / f"{stem}.meta.json"
         if not meta.exists():
-            meta.write_text(json.dumps(dict(setting), indent=2, sort_keys=True, default=str))
+            text = json.dumps(dict(setting), indent=2, sort_keys=True, default=str)
+            write_file(directory, meta.name, text)
         self._samples: dict[tuple[str, int], str] = {}
         self._batches: dict[tuple[str, int], str | None] = {}
         # A kill mid-write leaves a last line without its newline: new lines
@@ -68,8 +70,10 @@ class GenerationCache:
                     self._torn_tail = f.read(1) != b"\n"
 
     def _read(self) -> None:
-        with self.path.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
+        from ..run_files import read_text
+
+        for line_no, line in enumerate(read_text(self.path).splitlines(), start=1):
+            if line.strip():
                 try:
                     rec = json.loads(line)
                     key = (str(rec["problem_id"]), int(rec["seed"]))
@@ -91,7 +95,9 @@ class GenerationCache:
     def add(self, records: Iterable[tuple[str, int, str]], batch: str | None = None) -> None:
         """Append ``(problem_id, seed, completion)`` samples drawn in ``batch`` and flush
         them to disk (a later line of a key replaces an earlier one on reading)."""
-        with self.path.open("a", encoding="utf-8") as f:
+        from ..run_files import open_append
+
+        with open_append(self.path.parent, self.path.name) as f:
             if self._torn_tail:
                 f.write("\n")
                 self._torn_tail = False
@@ -173,10 +179,14 @@ def weights_fingerprint(model: str, index_file: str | Path | None = None) -> str
     index_path = Path(index_file) if index_file is not None else None
     index: dict[str, str] = {}
     if index_path is not None and index_path.exists():
+        from ..run_files import read_bytes
+
         try:
-            index = json.loads(index_path.read_text())
-        except json.JSONDecodeError:
+            index = json.loads(read_bytes(index_path))
+        except (json.JSONDecodeError, UnicodeDecodeError):
             logger.warning("%s does not parse: rehashing", index_path)
+        if not isinstance(index, dict):
+            index = {}
     total = hashlib.sha256()
     for f in files:
         total.update(f"{f.name}\0{file_sha256(f, index)}\n".encode())
@@ -185,10 +195,9 @@ def weights_fingerprint(model: str, index_file: str | Path | None = None) -> str
         paths = {str(f.resolve()) for f in files}
         # Drop the stale entries of these files; keep those of other models.
         kept = {k: v for k, v in index.items() if k in live or k.split("|")[0] not in paths}
-        index_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index_path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(kept, indent=1, sort_keys=True))
-        tmp.replace(index_path)
+        from ..run_files import write_file
+
+        write_file(index_path.parent, index_path.name, json.dumps(kept, indent=1, sort_keys=True))
     return total.hexdigest()
 
 

@@ -36,6 +36,7 @@ from ..generation import (
     vllm_available,
 )
 from ..rewards import AnswerReading, MathVerifyReward
+from ..run_files import adopt, open_atomic, read_bytes, write_file, writer_lock
 from .cache import (
     HASH_INDEX,
     GenerationCache,
@@ -56,6 +57,9 @@ from .suites import (
 
 logger = logging.getLogger(__name__)
 Backend = Literal["auto", "hf", "vllm"]
+#: The most samples per problem: far above any published avg@n or pass@k (1024), and a
+#: bound on what one evaluation holds in memory (``--n 1000000000`` is refused up front).
+MAX_N = 65536
 
 
 @dataclass
@@ -102,8 +106,11 @@ class EvalConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
+        if not 1 <= self.n <= MAX_N:
+            raise ValueError(
+                f"n={self.n} is invalid: samples per problem must be in 1..{MAX_N} (each is "
+                "generated, kept in memory and written); give a smaller --n"
+            )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.max_new_tokens < 1:
@@ -247,8 +254,8 @@ def _score(
     correct = [[scores[i * n + j].reward == 1.0 for j in range(n)] for i in range(len(ids))]
     unparsed = [[scores[i * n + j].unparsed for j in range(n)] for i in range(len(ids))]
     events = Counter(s.status for s in scores)
-    samples_path.parent.mkdir(parents=True, exist_ok=True)
-    with samples_path.open("w", encoding="utf-8") as f:
+    folder = samples_path.parent.parent
+    with open_atomic(folder, Path(samples_path.parent.name) / samples_path.name) as f:
         for i, pid in enumerate(ids):
             for j in range(n):
                 s = scores[i * n + j]
@@ -314,10 +321,15 @@ def _check_same_model(out_dir: Path, model: str) -> None:
     model is refused, so that its samples are never left beside this one's results. (New
     weights under the same name are this model's: the cache is keyed by their content.)"""
     try:
-        held = json.loads((out_dir / "results.json").read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        held = json.loads(read_bytes(out_dir / "results.json"))  # a regular file only
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
         return
     held_model = (held.get("config") or {}).get("model") if isinstance(held, dict) else None
+    if held_model == model and "benchmarks" in held:  # an eval folder of an earlier version
+        adopt(out_dir, ["results.json"])
+        for sub in ("samples", "generations"):
+            folder = out_dir / sub
+            adopt(folder, [p.name for p in folder.iterdir()] if folder.is_dir() else [])
     if held_model is not None and held_model != model:
         raise ValueError(
             f"output_dir={str(out_dir)!r} holds the evaluation of model={held_model!r}: "
@@ -351,6 +363,28 @@ def evaluate(
     console = console or Console()
     out_dir = Path(config.output_dir)
     datasets, sources = _check_inputs(config, out_dir, model)  # before any model loads
+    # One writer per folder: a live train or eval there refuses this one, before any model.
+    with writer_lock(out_dir, in_use=IN_USE):
+        return _evaluate_locked(config, out_dir, datasets, sources, model, tokenizer, console)
+
+
+#: The error of an eval into a folder a live process writes.
+IN_USE = (
+    "output_dir={path!r} is in use by another run or evaluation (a live process holds its "
+    "lock); wait for it to end, or choose another output_dir"
+)
+
+
+def _evaluate_locked(
+    config: EvalConfig,
+    out_dir: Path,
+    datasets: dict[str, Any],
+    sources: dict[str, BenchmarkSource],
+    model: Any,
+    tokenizer: Any,
+    console: Console,
+) -> EvalResult:
+    """:func:`evaluate` once the output folder is locked."""
     index = out_dir / "generations" / HASH_INDEX
     before = None if model is not None else weights_fingerprint(config.model, index)
     generator, tokenizer, backend = _make_generator(config, model, tokenizer)
@@ -415,7 +449,7 @@ def evaluate(
         },
         "benchmarks": {r.benchmark: r.to_json() for r in reports},
     }
-    results_path.write_text(json.dumps(payload, indent=2))
+    write_file(out_dir, results_path.name, json.dumps(payload, indent=2))
     console.print(results_table(reports, title=f"{config.model}  (n={config.n})"))
     for name, src in sources.items():
         console.print(f"{name}: read from {src.source} ({src.origin})")

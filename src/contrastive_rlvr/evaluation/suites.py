@@ -27,6 +27,7 @@ problem text) and ``answer`` (a normalised string: ``"27"``, ``"70"``,
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +161,21 @@ def parse_fields(text: str | dict | None) -> dict[str, str]:
     return fields
 
 
+#: A benchmark's name names its files (samples/NAME.jsonl, generations/NAME-*.jsonl).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
+
+
+def check_benchmark_name(name: str, item: str) -> None:
+    """Refuse a benchmark name that is not a plain file name (``../../X`` would write its
+    samples outside the output folder), naming the item and the fix."""
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"benchmarks: {item!r} names the benchmark {name!r}, which is not a plain name "
+            "(letters, digits, _ . + -, no '..' or '/'); its files are named after it: give "
+            "NAME=PATH with a plain NAME"
+        )
+
+
 def resolve_benchmark(
     item: str,
     *,
@@ -174,6 +190,7 @@ def resolve_benchmark(
         path = Path(path_text)
         if not path.is_file():
             raise ValueError(f"benchmark file {str(path)!r} does not exist")
+        check_benchmark_name(name or path.stem, item)
         return BenchmarkSource(
             name=name or path.stem,
             source=str(path),

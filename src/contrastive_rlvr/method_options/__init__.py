@@ -9,7 +9,7 @@ This part imports neither TRL nor verl: the verl integration runs without TRL.
 
 from .advantages import AdvantageFields
 from .bicc import BiCCFields, KLReference
-from .checks import check, check_choices, choices, finite, literal_fields
+from .checks import check, check_choices, check_field_types, choices, finite, literal_fields
 from .conspo import ConSPOFields
 from .rcc import RCCFields
 
@@ -25,6 +25,7 @@ __all__ = [
     "RCCFields",
     "check",
     "check_choices",
+    "check_field_types",
     "choices",
     "finite",
     "literal_fields",

@@ -73,3 +73,43 @@ def check_choices(config: object, group: type, where: str = "") -> None:
             value,
             f"choose one of {', '.join(map(str, values))}{unset}",
         )
+
+
+def _kinds(hint: object) -> tuple[set[type], bool]:
+    """The plain kinds (``bool``, ``int``, ``float``) an annotation allows, and whether it
+    allows ``None``; an empty set for any other annotation (left to its own check)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    args = typing.get_args(hint) if union else (hint,)
+    return {a for a in args if a in (bool, int, float)}, type(None) in args
+
+
+def check_field_types(config: object, groups: tuple[type, ...], where: str = "") -> None:
+    """Every ``bool``, ``int`` or ``float`` field of ``groups`` holds a value of that kind on
+    ``config``: a config read without a schema (verl's YAML through OmegaConf, a Hydra
+    override) can hand over the string ``"false"``, which is true in Python, or ``"0.5"``
+    where a number belongs. Refused in one line naming the field and the fix. ``config``
+    may be the raw mapping (a ``DictConfig`` section) before any dataclass is built."""
+    mapping = hasattr(config, "keys") and hasattr(config, "get")
+    for group in groups:
+        hints = typing.get_type_hints(group)
+        for f in dataclasses.fields(group):
+            kinds, optional = _kinds(hints[f.name])
+            if not kinds:
+                continue
+            if mapping and f.name not in config:
+                continue  # not given: the default, which is of its kind
+            value = config.get(f.name) if mapping else getattr(config, f.name, None)
+            if value is None and optional:
+                continue
+            if bool in kinds:
+                ok = isinstance(value, bool)
+                fix = "write true or false without quotes (a quoted 'false' is true)"
+            else:
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                ok = ok and (float in kinds or isinstance(value, int))
+                fix = "write the number without quotes"
+            if not ok:
+                raise UserError(
+                    f"{where}{f.name}={value!r} is a {type(value).__name__}, not a "
+                    f"{' or '.join(sorted(k.__name__ for k in kinds))}: {fix}"
+                )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -128,6 +129,7 @@ def run_premise(
 
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids
     from ..errors import UserError
+    from ..run_files import open_atomic
     from ..trainer.run import load_run_inputs
     from .transfer import start_transfer
 
@@ -143,6 +145,7 @@ def run_premise(
     torch.set_num_threads(config.torch_threads)
     started = time.perf_counter()
     out = Path(config.output_dir)
+    check_premise_folder(out)  # before any model: a folder it cannot or may not write
     out.mkdir(parents=True, exist_ok=True)
     parts = load_run_inputs(config, out)
     model, tokenizer = parts["model"], parts["tokenizer"]
@@ -189,7 +192,7 @@ def run_premise(
     echo(f"sampled {len(samples)} problems x {G} ({took:.0f} s since the start, loading included)")
     columns = [c for c in rows.column_names if c != "prompt"]
     groups: list[Group] = []
-    with (out / "samples.jsonl").open("w") as f:
+    with open_atomic(out, "samples.jsonl") as f:
         for i, row in enumerate(rows):
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in samples[i]]
             scores = total_rewards(
@@ -257,6 +260,21 @@ def _conditioning(
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
     )
     return builder, cond
+
+
+#: The files premise writes into its output folder.
+PREMISE_FILES = ("premise.json", "premise.txt", "samples.jsonl")
+
+
+def check_premise_folder(out: Path) -> None:
+    """The folder can be written, and none of :data:`PREMISE_FILES` there is a link or a
+    file no run of this project wrote (checked before the model loads)."""
+    from ..input_checks import check_output_dir
+    from ..run_files import check_replaceable
+
+    check_output_dir(out)
+    for name in PREMISE_FILES:
+        check_replaceable(out, name)
 
 
 def check_options(problems: int, control: str, config: Any) -> None:

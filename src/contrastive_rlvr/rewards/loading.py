@@ -99,6 +99,26 @@ def _module_name(path: Path) -> str:
     return f"_user_reward_{stem}_{digest}"
 
 
+def warn_if_others_can_write(path: Path) -> None:
+    """Warn when another user of the machine could change the code a run imports: the file
+    writable by others, or its folder writable by others without the sticky bit (anyone
+    may then replace the file). The run still imports it: shared scratch folders exist."""
+    import stat
+
+    who = []
+    if path.stat().st_mode & stat.S_IWOTH:
+        who.append("the file is writable by every user")
+    folder = path.resolve().parent.stat().st_mode
+    if folder & stat.S_IWOTH and not folder & stat.S_ISVTX:
+        who.append("its folder lets every user replace it")
+    if who:
+        logger.warning(
+            "reward file %s: %s; this run imports and runs its code, so anyone on this "
+            "machine could change what it runs: chmod o-w the file and its folder", path,
+            " and ".join(who),
+        )
+
+
 def _import_file(spec: str, path: Path) -> ModuleType:
     """Import a reward file as a module registered in ``sys.modules`` (so that its
     functions pickle by reference, as a process pool over them needs: a forked worker
@@ -106,6 +126,7 @@ def _import_file(spec: str, path: Path) -> ModuleType:
     exception raised by the file) is a ``ValueError`` of one line naming the file."""
     if not path.is_file():
         raise ValueError(f"reward {spec!r}: file {str(path)!r} not found")
+    warn_if_others_can_write(path)
     name = _module_name(path)
     content = hashlib.sha256(path.read_bytes()).hexdigest()
     loaded = _IMPORTED.get(name)

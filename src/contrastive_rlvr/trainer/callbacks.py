@@ -16,6 +16,7 @@ from ..metrics import (
     PROJECT_LOSS_METRIC_KEYS,
     TRL_LOSS_METRIC_KEYS,
 )
+from ..run_files import open_append
 from .jsonl import keep_steps_up_to
 
 
@@ -96,8 +97,7 @@ class MetricsJsonl(TrainerCallback):
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
         if self.counters is not None and not is_eval:
             row.update(self.counters())
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
+        with open_append(self.path.parent, self.path.name) as f:
             f.write(json.dumps(row) + "\n")
         return control
 

@@ -121,6 +121,9 @@ class RLVRConfig(
         t = self.temperature
         check(finite(t) and t > 0, "temperature", t, "sampling needs a finite temperature > 0")
         check(finite(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
+        # numpy's seeding takes 0..2**32-1; a negative seed failed after the model loaded
+        seed = self.seed
+        check(isinstance(seed, int) and 0 <= seed < 2**32, "seed", seed, "must be in 0..2**32-1")
         if self.max_steps == -1:
             epochs = self.num_train_epochs
             check(
@@ -169,11 +172,23 @@ class RLVRConfig(
         (``hub_token``), which are never written to disk in clear (``config.yaml`` hides
         them too, as ``to_dict`` does). A pickled copy has no token: the upload reads the
         token of the process that parsed the config."""
+        from ..redaction import is_secret_name, strip_secrets
+
         state = self.__dict__.copy()
         for key in state:
-            if key.endswith("_token") and state[key] is not None:
+            if is_secret_name(key) and state[key] is not None:
                 state[key] = None
+        # a token inside model_init_kwargs ({"token": ...}) too: one secrets rule
+        state["model_init_kwargs"] = strip_secrets(state.get("model_init_kwargs"))
         return state
+
+    def to_dict(self) -> dict:
+        """transformers' dict of the fields (enums as values, ``*_token`` fields hidden),
+        with every other secret hidden too (:func:`~contrastive_rlvr.redaction.redact`:
+        a token in ``model_init_kwargs``): what config.yaml and compare's results hold."""
+        from ..redaction import redact
+
+        return redact(super().to_dict())
 
     def _validate_generation_kwargs(self) -> None:
         """Every ``generation_kwargs`` key is an option of what samples (transformers'

@@ -23,9 +23,8 @@ logger = logging.getLogger(__name__)
 #: What a run says once at its start (field mapping, held-out reward): shown at the
 #: default log level (INFO here) unless the run's log_level asks for fewer lines.
 start_log = logging.getLogger("contrastive_rlvr.start")
-#: Prompts whose length is checked against the model's positions (the first of the
-#: shuffled dataset: tokenizing a huge dataset would cost more than the check is worth).
-PROMPT_LENGTH_SAMPLE = 2000
+#: Text prompts tokenized at once by the length check (every row is checked).
+LENGTH_BATCH = 4096
 
 
 def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) -> dict[str, Any]:
@@ -85,7 +84,7 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
     if config.eval_limit is not None:
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(split.train)
-    check_prompt_lengths(config, model, tokenizer, data["prompt"][:PROMPT_LENGTH_SAMPLE])
+    check_prompt_lengths(config, model, tokenizer, data["prompt"])  # every row
     rewards = [
         guard_reward(fn, on_nonfinite=config.nonfinite_rewards, timeout=config.reward_timeout)
         for fn in checked.rewards
@@ -153,8 +152,7 @@ def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts
     positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if not isinstance(positions, int) or not prompts:
         return
-
-    longest = max(prompt_length(tokenizer, p) for p in prompts)
+    longest = max(_prompt_lengths(tokenizer, prompts))
     if longest + config.max_completion_length > positions:
         raise UserError(
             f"dataset={config.dataset!r}: its longest prompt is {longest} tokens, which with "
@@ -164,12 +162,23 @@ def check_prompt_lengths(config: RLVRConfig, model: Any, tokenizer: Any, prompts
         )
 
 
+def _prompt_lengths(tokenizer: Any, prompts: list) -> list[int]:
+    """The token count of every prompt as :func:`prompt_length` counts it: text prompts
+    tokenized in batches of :data:`LENGTH_BATCH` (a fast tokenizer takes a batch at once,
+    so every row of a large dataset is checked in seconds), chat prompts one at a time
+    through the template."""
+    texts = [p for p in prompts if not isinstance(p, list)]
+    lengths = [prompt_length(tokenizer, p) for p in prompts if isinstance(p, list)]
+    for start in range(0, len(texts), LENGTH_BATCH):
+        lengths += [len(ids) for ids in tokenizer(texts[start : start + LENGTH_BATCH])["input_ids"]]
+    return lengths
+
+
 def check_chat_roles(config: RLVRConfig, tokenizer: Any, dataset: Any, instruction: Any) -> None:
     """Render, with the chat template, the first row of every distinct sequence of roles
     in ``dataset`` (all its rows, in the file's order), as TRL will render each row: a
     template that refuses a role (or its place) stops the run here, naming the row, not
-    mid-training when that row's batch comes (the length check samples the first rows
-    only)."""
+    mid-training when that row's batch comes."""
     from ..data import with_instruction
 
     template_kwargs = config.chat_template_kwargs or {}

@@ -92,8 +92,9 @@ def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: 
 
 def write_samples(path: Path, records: list[dict]) -> None:
     """The held-out samples as ``eval`` writes its own (one JSON object a line)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    from ..run_files import open_atomic
+
+    with open_atomic(path.parent.parent, Path(path.parent.name) / path.name) as f:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
 

@@ -7,6 +7,11 @@ the only checkpoint, refuse). :class:`WholeCheckpoints` makes the write finish f
 the first Ctrl-C during it is held until the checkpoint is whole, then raised; a second
 Ctrl-C abandons the checkpoint (its folder removed, so no half-written checkpoint stays)
 and stops at once. Outside checkpoint writes Ctrl-C stops as before.
+
+SIGTERM (what SLURM, Kubernetes and ``timeout`` send) is Ctrl-C: under
+:func:`~contrastive_rlvr.termination.sigterm_as_sigint` (every CLI command runs under it)
+it goes to whatever handles SIGINT at that moment, so a SIGTERM during a checkpoint write
+is held the same way.
 """
 
 from __future__ import annotations
@@ -97,7 +102,9 @@ def _command(config_file: str | None, overrides: Sequence[str], *extra: str) -> 
     words = ["contrastive-rlvr", "train"]
     if config_file:
         words += ["--config", str(config_file)]
-    return shlex.join([*words, *kept, *extra])
+    from ..redaction import redact_args  # the secrets rule: no token on the terminal
+
+    return shlex.join([*words, *redact_args(kept), *extra])
 
 
 def continue_command(config_file: str | None, overrides: Sequence[str]) -> str:

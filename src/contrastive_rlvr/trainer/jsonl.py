@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ..errors import UserError
+from ..run_files import read_text, write_file
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,8 @@ def keep_steps_up_to(path: Path, step: int) -> None:
     leaves: it is dropped, with a warning naming the file. A line that does not parse
     before the last one is not a torn write: :class:`UserError` naming the file and line.
     """
-    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    text = read_text(path)
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     kept = []
     for i, (number, line) in enumerate(lines):
         try:
@@ -39,4 +41,4 @@ def keep_steps_up_to(path: Path, step: int) -> None:
             raise UserError(f"{path}: line {number} has no integer 'step'; repair or remove it")
         if row.get("step", 0) <= step:
             kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept))
+    write_file(path.parent, path.name, "".join(line + "\n" for line in kept))

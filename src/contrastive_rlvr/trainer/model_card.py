@@ -121,11 +121,12 @@ def complete_model_card(config: Any, model_id: str | None) -> None:
     example), link no local path to the Hub, tag the project, recipe and methods, and add
     :func:`run_section`."""
     from ..models import recorded_model_id
+    from ..run_files import claim, read_text, write_file
 
     path = Path(config.output_dir) / "README.md"
     base_model = recorded_model_id(str(config.model_name_or_path or model_id))
     name = card_model_name(config)
-    text = path.read_text()
+    text = read_text(path)
     text = text.replace("# Model Card for None\n", f"# Model Card for {name}\n")
     text = text.replace('model="None"', f"model={name!r}".replace("'", '"'))
     dataset = str(getattr(config, "dataset", None) or "")
@@ -141,7 +142,9 @@ def complete_model_card(config: Any, model_id: str | None) -> None:
     text = text.replace("[None](https://huggingface.co/None)", link)
     # the header names a Hub model only (no Hub link for a local model)
     text = text.replace("base_model: None\n", f"base_model: {base_model}\n" if on_hub else "")
-    path.write_text(text.rstrip("\n") + "\n\n" + run_section(config, base_model))
+    # TRL wrote the card just now: it is the run's (claimed), then replaced whole
+    claim(path)
+    write_file(path.parent, path.name, text.rstrip("\n") + "\n\n" + run_section(config, base_model))
 
 
 class ProjectModelCard:
@@ -169,13 +172,16 @@ def save_merged(trainer: Any, folder: Path) -> Path:
     import shutil
 
     from ..models import recorded_model_id
+    from ..run_files import build_folder
 
     model = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model)).merge_and_unload()
     model.config._name_or_path = recorded_model_id(model.config._name_or_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    trainer.processing_class.save_pretrained(folder)
     card = Path(trainer.args.output_dir) / "README.md"
-    if card.is_file():
-        shutil.copyfile(card, folder / "README.md")
+    # built in a new folder, then renamed into place: no link planted in the old one is
+    # followed (run_files.build_folder)
+    with build_folder(folder.parent, folder.name) as tmp:
+        model.save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
+        if card.is_file() and not card.is_symlink():
+            shutil.copyfile(card, tmp / "README.md")
     return folder

@@ -5,16 +5,15 @@ other data than the run recorded)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import yaml
 
 from ..checkpoints import checkpoint_problems, list_checkpoints, newest_complete_checkpoint
 from ..errors import UserError
+from ..run_files import read_bytes, read_json, read_text, write_file
 from .config import RLVRConfig
 from .config_compare import config_differences
 from .run_folder import (
@@ -26,6 +25,7 @@ from .run_folder import (
     holds_run,
     written_by_a_run,
 )
+from .run_identity import identity_differences, identity_of, model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +41,14 @@ def plan_output_dir(
     main one): the same answer, and the main process alone removes a run that
     ``overwrite_output_dir`` replaces."""
     if not config.resume:
-        return _plan_fresh_run(config, out, may_write=may_write)
+        return _plan_fresh_run(config, out, may_write=may_write, data=data)
     _check_config_unchanged(config, out)
     _check_data_unchanged(config, out, data)
     summary_file = out / SUMMARY_FILE
     if summary_file.exists():
         try:
-            summary = json.loads(summary_file.read_text())
-        except json.JSONDecodeError:
+            summary = read_json(summary_file)
+        except ValueError:
             logger.warning("%s does not parse: resuming the run", summary_file)
         else:
             if not _extends(config, summary):
@@ -64,13 +64,14 @@ def plan_output_dir(
             os.replace(summary_file, out / "summary.before-resume.json")
     named = _named_checkpoint(config)
     if named is not None:
+        _check_named_checkpoint(config, Path(named), out)
         logger.warning("resume: from %s (resume_from_checkpoint)", named)
         return named, None
     return _newest_checkpoint(out), None
 
 
 def _plan_fresh_run(
-    config: RLVRConfig, out: Path, *, may_write: bool
+    config: RLVRConfig, out: Path, *, may_write: bool, data: dict | None = None
 ) -> tuple[str | None, dict | None]:
     """:func:`plan_output_dir` without ``resume``: refuse a folder holding the user's
     config.yaml or files, or another run unless ``overwrite_output_dir`` (then the main
@@ -85,7 +86,7 @@ def _plan_fresh_run(
     check_foreign_files(config, out, may_write=may_write)
     found = holds_run(out)
     if found:
-        finished = None if config.overwrite_output_dir else same_finished_run(config, out)
+        finished = None if config.overwrite_output_dir else same_finished_run(config, out, data)
         if finished is not None:  # the same command again (make demo twice)
             return None, finished
         if not config.overwrite_output_dir:
@@ -129,20 +130,86 @@ def _newest_checkpoint(out: Path) -> str:
     return str(checkpoint)
 
 
-def same_finished_run(config: RLVRConfig, out: Path) -> dict | None:
+def same_finished_run(config: RLVRConfig, out: Path, data: dict | None = None) -> dict | None:
     """The summary of the finished run in ``out`` when ``config`` is that run's config (the
     same command again): it is reported, not refused nor run again. None otherwise (no
-    whole summary, a run that stopped with an error, or any training field different)."""
+    whole summary, a run that stopped with an error, or any training field different).
+    The same config on other inputs (``data``: the dataset's fingerprint now; the reward's
+    code, a dataset folder, the model's files: :mod:`.run_identity`) is refused naming
+    what changed: the old numbers are not this command's."""
     try:
-        summary = json.loads((out / SUMMARY_FILE).read_text())
-        saved = yaml.safe_load((out / CONFIG_FILE).read_text())
+        summary = read_json(out / SUMMARY_FILE)
+        saved = yaml.safe_load(read_text(out / CONFIG_FILE))
     except (OSError, ValueError, yaml.YAMLError):
         return None
     if not isinstance(summary, dict) or "error" in summary or not isinstance(saved, dict):
         return None
     if not written_by_a_run(out / CONFIG_FILE) or config_differences(saved, config.to_dict()):
         return None
+    change = inputs_changed(config, out, data)
+    if change is not None:
+        raise UserError(
+            f"output_dir={str(out)!r} holds a finished run of these settings, but {change}: "
+            "its results are not this command's; set overwrite_output_dir=true to train "
+            "again, or choose another output_dir"
+        )
     return summary
+
+
+def inputs_changed(config: RLVRConfig, folder: Path, data: dict | None) -> str | None:
+    """What of the run's inputs differs from what the run in ``folder`` recorded in its
+    ``data.json`` (the dataset file's content, then its identity); None: the same, or
+    nothing recorded."""
+    from ..data import fingerprint_differences
+
+    try:
+        saved = read_json(folder / DATA_FILE)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    if data is not None:
+        change = fingerprint_differences(saved, data)
+        if change is not None:
+            return f"dataset={config.dataset!r} changed ({change})"
+    return identity_differences(saved.get("identity"), identity_of(config))
+
+
+def _check_named_checkpoint(config: RLVRConfig, checkpoint: Path, out: Path) -> None:
+    """``resume_from_checkpoint=PATH`` of another run: refused when that run was made with
+    other training settings or inputs (unless ``resume_allow_config_change``), and always
+    when its weights are of another shape than ``model``'s (they cannot load into it)."""
+    model = Path(str(config.model or "")).expanduser()
+    have, want = model_shape(checkpoint), model_shape(model) if model.is_dir() else None
+    if have and want and have != want:
+        keys = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        diff = ", ".join(f"{k}: {have.get(k)} there, {want.get(k)} here" for k in keys)
+        raise UserError(
+            f"resume_from_checkpoint={str(checkpoint)!r} holds weights of another shape than "
+            f"model={config.model!r} ({diff}); resume with that run's model, or give a "
+            "checkpoint of this one"
+        )
+    run = checkpoint.parent
+    if run.resolve() == out.resolve() or not (run / CONFIG_FILE).is_file():
+        return  # this run's own checkpoint (checked above), or one of no run folder
+    try:
+        saved = yaml.safe_load(read_text(run / CONFIG_FILE))
+    except (OSError, ValueError, yaml.YAMLError):
+        return
+    if not isinstance(saved, dict) or not written_by_a_run(run / CONFIG_FILE):
+        return
+    diffs = config_differences(saved, config.to_dict())
+    change = "; ".join(diffs) if diffs else inputs_changed(config, run, None)
+    if change is None:
+        return
+    what = f"resume_from_checkpoint={str(checkpoint)!r} is of a run made otherwise ({change})"
+    if config.resume_allow_config_change:
+        logger.warning("%s; continuing as resume_allow_config_change=true says", what)
+        return
+    raise UserError(
+        f"{what}; resume from a checkpoint of this run, or set resume_allow_config_change=true "
+        "to continue from it anyway"
+    )
 
 
 def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
@@ -159,9 +226,9 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
         from .parse import YAMLTooLarge, safe_yaml
 
         try:
-            saved = safe_yaml(saved_file.read_text())
+            saved = safe_yaml(read_text(saved_file))
             problem = None if isinstance(saved, dict) else "holds no mapping of fields"
-        except (yaml.YAMLError, YAMLTooLarge) as err:
+        except (yaml.YAMLError, YAMLTooLarge, ValueError) as err:
             problem = f"does not parse ({' '.join(str(err).split())[:120]})"
     if problem is not None:
         if not config.resume_allow_config_change:
@@ -176,7 +243,7 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
         return
     if config.resume_allow_config_change:
         logger.warning("resuming with a changed config: %s", "; ".join(diffs))
-        shutil.copyfile(saved_file, out / "config.before-resume.yaml")
+        write_file(out, "config.before-resume.yaml", read_bytes(saved_file))
         return
     raise UserError(
         f"resume=True with a config that differs from {saved_file} in {len(diffs)} training "
@@ -191,19 +258,24 @@ def _check_data_unchanged(config: RLVRConfig, out: Path, fingerprint: dict | Non
     from ..data import fingerprint_differences
 
     record_file = out / DATA_FILE
-    if fingerprint is None or not record_file.is_file():
+    if not record_file.is_file():
         return  # the embedded task, or a run recorded before data.json existed
     try:
-        saved = json.loads(record_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        saved = read_json(record_file)
+    except ValueError:  # not JSON, or not a regular file: differs from any data
         saved = {}
-    change = fingerprint_differences(saved if isinstance(saved, dict) else {}, fingerprint)
+    saved = saved if isinstance(saved, dict) else {}
+    change = None if fingerprint is None else fingerprint_differences(saved, fingerprint)
     if change is None:
-        return
-    what = f"dataset={config.dataset!r} is not the data the run in {out} trained on ({change})"
+        other = identity_differences(saved.get("identity"), identity_of(config))
+        if other is None:
+            return
+        what = f"the run in {out} was made with other inputs: {other}"
+    else:
+        what = f"dataset={config.dataset!r} is not the data the run in {out} trained on ({change})"
     if config.resume_allow_config_change:
         logger.warning("resume: %s; continuing on the new data", what)
-        shutil.copyfile(record_file, out / "data.before-resume.json")
+        write_file(out, "data.before-resume.json", read_bytes(record_file))
         return
     raise UserError(
         f"resume=True but {what}: put the file back as it was, start a new run in another "
@@ -237,7 +309,7 @@ def at_last_step(checkpoint: str, config: RLVRConfig) -> bool:
     """Whether ``checkpoint`` is at (or past) the run's last step (max_steps > 0 only)."""
     if config.max_steps < 1:
         return False
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    state = read_json(Path(checkpoint) / "trainer_state.json")
     return int(state["global_step"]) >= config.max_steps
 
 

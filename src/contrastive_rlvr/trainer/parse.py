@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 from trl import TrlParser
 
 from ..configs import base_config_for, model_in_args
+from ..redaction import redact
 from .config import RLVRConfig
 from .config_groups import GROUPS
 
@@ -57,11 +58,14 @@ def default_config_path() -> Path:
 #: YAML file of this project may hold: a few hundred in any real config; an alias bomb
 #: (a few hundred bytes) expands to billions.
 MAX_YAML_VALUES = 100_000
+#: Most characters of scalar text a YAML file of this project may hold with each alias
+#: written out (16 MiB): a 100 kB string aliased 99,000 times is 9.9 GB.
+MAX_YAML_CHARS = 16 << 20
 
 
 class YAMLTooLarge(ValueError):
-    """A YAML document whose aliases expand past :data:`MAX_YAML_VALUES` values, or refer
-    to themselves."""
+    """A YAML document whose aliases expand past :data:`MAX_YAML_VALUES` values or
+    :data:`MAX_YAML_CHARS` characters, or refer to themselves."""
 
 
 def read_config_text(path: str | Path, what: str = "config file") -> str:
@@ -91,6 +95,17 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
         ) from err
 
 
+def unknown_field(name: object, known: set[str]) -> str:
+    """``unknown field NAME (did you mean CLOSEST?)`` and where the fields are listed."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    listed = f"valid: {', '.join(sorted(known))}" if len(known) <= 20 else (
+        "`contrastive-rlvr train --fields` lists them")  # fmt: skip
+    return f"unknown field {name!r}{hint}; {listed}"
+
+
 def safe_yaml(text: str) -> object:
     """``text`` parsed with the safe loader that refuses duplicate keys
     (:class:`_UniqueKeyLoader`) and alias bombs (:class:`YAMLTooLarge`): the values are
@@ -114,17 +129,22 @@ def load_yaml(
     if text is None:
         text = read_config_text(path, what)
     try:
-        data = safe_yaml(text) or {}
+        data = safe_yaml(text)
     except YAMLTooLarge as err:
         raise ValueError(f"{what} {path}: {err}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(err).split())}") from err
+    if data is None:  # empty, or comments only: never the built-in defaults instead
+        raise ValueError(
+            f"{what} {path} is empty (no field: value in it); give the fields to set, or "
+            "leave out the file for the default"
+        )
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} must hold a mapping of field: value")
     known = {f.name for f in dataclasses.fields(schema)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)
     if unknown:
-        raise ValueError(f"{what} {path}: unknown field(s) {unknown}; valid: {sorted(known)}")
+        raise ValueError(f"{what} {path}: {unknown_field(unknown[0], known)}")
     hints = typing.get_type_hints(schema)
     for name, value in data.items():
         if name not in checked_by_caller and not _fits(value, hints.get(name, typing.Any)):
@@ -170,6 +190,7 @@ def _check_expanded_size(root: yaml.Node) -> None:
     expansion); raise :class:`YAMLTooLarge` past :data:`MAX_YAML_VALUES` or on an
     alias inside its own anchor."""
     sizes: dict[int, int] = {}
+    chars: dict[int, int] = {}
     open_nodes: set[int] = set()
 
     def size(node: yaml.Node) -> int:
@@ -183,12 +204,21 @@ def _check_expanded_size(root: yaml.Node) -> None:
             )
         open_nodes.add(key)
         if isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+            kids = [n for pair in node.value for n in pair]
         elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(v) for v in node.value)
+            kids = list(node.value)
         else:
-            total = 1
+            kids = []
+        total = 1 + sum(size(n) for n in kids)
+        text = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+        chars[key] = text + sum(chars[id(n)] for n in kids)
         open_nodes.discard(key)
+        if chars[key] > MAX_YAML_CHARS:
+            raise YAMLTooLarge(
+                f"its aliases (*name) expand to more than {MAX_YAML_CHARS} characters of text "
+                f"(line {node.start_mark.line + 1}): write the value out once instead of "
+                "aliasing it many times"
+            )
         if total > MAX_YAML_VALUES:
             raise YAMLTooLarge(
                 f"its aliases (*name) expand to more than {MAX_YAML_VALUES} values (line "
@@ -257,15 +287,73 @@ def parse_config(
     # parse_args_and_config does; the YAML is read and loaded above, not by TrlParser,
     # which would lose the guarantees listed in docs/architecture.md ("Why the CLI parses
     # its own YAML"). No prefixes: --max_step must not silently mean --max_steps.
-    parser = TrlParser(RLVRConfig, allow_abbrev=False)
+    _check_json_fields(base, values, overrides)
+    parser = _OneLineParser(RLVRConfig, allow_abbrev=False)
     unused = parser.set_defaults_with_config(**values)
     if unused:  # load_yaml took only RLVRConfig's fields, each an option
         raise ValueError(f"{base}: fields with no option: {unused[::2]}")
-    config, rest = parser.parse_args_into_dataclasses(args=overrides, return_remaining_strings=True)
+    try:
+        config, rest = parser.parse_args_into_dataclasses(
+            args=overrides, return_remaining_strings=True
+        )
+    except _ArgumentError as err:
+        raise ValueError(_wrong_value(str(err), base, values, overrides)) from None
     if rest:
         raise ValueError(_not_used(rest))
     config.base_config = str(base)
     return config
+
+
+def _check_json_fields(base: Path, values: dict, overrides: list[str]) -> None:
+    """A dict field given as a JSON string (``--model_init_kwargs '{...}'``) that does not
+    parse is one line naming the field (transformers' own parse names none)."""
+    import json
+
+    hints = typing.get_type_hints(RLVRConfig)
+    dict_fields = {n for n, h in hints.items() if "dict" in str(h).lower()}
+    given = [(f"config file {base}: {k}", v) for k, v in values.items() if k in dict_fields]
+    for i, arg in enumerate(overrides):
+        name, eq, value = arg.partition("=")
+        name = name[2:].replace("-", "_") if name.startswith("--") else ""
+        if name in dict_fields:
+            raw = value if eq else (overrides[i + 1] if i + 1 < len(overrides) else "")
+            given.append((f"--{name}", raw))
+    for where, raw in given:
+        if isinstance(raw, str) and raw.strip().startswith(("{", "[")):
+            try:
+                json.loads(raw)
+            except ValueError as err:
+                raise ValueError(
+                    f"{where} is not valid JSON ({err}); write it as a JSON object, e.g. "
+                    "'{\"dtype\": \"bfloat16\"}'"
+                ) from None
+
+
+class _ArgumentError(ValueError):
+    """argparse's complaint about one option (a value of the wrong type)."""
+
+
+class _OneLineParser(TrlParser):
+    """TrlParser whose errors are exceptions, not 280 lines of usage and an exit: a value
+    of the wrong type becomes one line naming the field and where it was given."""
+
+    def error(self, message: str) -> typing.NoReturn:  # argparse's hook
+        raise _ArgumentError(message)
+
+
+def _wrong_value(message: str, base: Path, values: dict, overrides: list[str]) -> str:
+    """One line for argparse's ``argument --lr/--learning-rate: invalid float value: 'x'``:
+    the field, its value, the type expected, and the file when the value came from it."""
+    m = re.match(r"argument --([\w-]+)(?:/[^:]*)?: (.*)", message)
+    if m is None:
+        return message
+    name, detail = m.group(1).replace("-", "_"), m.group(2)
+    given = any(a.split("=", 1)[0].lstrip("-").replace("-", "_") == name for a in overrides)
+    hint = typing.get_type_hints(RLVRConfig).get(name)
+    expected = f" (expected {_type_name(hint)})" if hint is not None else ""
+    if name in values and not given:
+        return f"config file {base}: {name}={values[name]!r} is invalid{expected}: {detail}"
+    return f"--{name}: {detail}{expected}"
 
 
 def _not_used(rest: list[str]) -> str:
@@ -274,12 +362,16 @@ def _not_used(rest: list[str]) -> str:
     fields = {f.name for f in dataclasses.fields(RLVRConfig)}
     bare = [w for w in rest if not w.startswith("--")]
     named = [w for w in bare if w.lstrip("-").split("=", 1)[0].replace("-", "_") in fields]
-    hint = (
-        f"an option starts with --: write --{named[0].lstrip('-')}, not {named[0]}"
-        if named
-        else "each option is written in full, with its --: `contrastive-rlvr train --fields` "
-        "lists them"
-    )
+    options = [w.split("=", 1)[0][2:].replace("-", "_") for w in rest if w.startswith("--")]
+    if named:
+        hint = f"an option starts with --: write --{named[0].lstrip('-')}, not {named[0]}"
+    elif options:
+        hint = unknown_field(options[0], fields)
+    else:
+        hint = (
+            "each option is written in full, with its --: `contrastive-rlvr train --fields` "
+            "lists them"
+        )
     return f"arguments not used: {rest} ({hint})"
 
 
@@ -352,6 +444,7 @@ def config_help(resolved: RLVRConfig | None = None) -> str:
     values = None
     if resolved is not None:
         values = {f.name: getattr(resolved, f.name) for f in dataclasses.fields(RLVRConfig)}
+        values = redact(values)  # the secrets rule: no token on the terminal
     hints = typing.get_type_hints(RLVRConfig)
     every = {f.name: f for f in dataclasses.fields(RLVRConfig)}
     sections, ours = [], set()
@@ -410,7 +503,7 @@ def config_fields(resolved: RLVRConfig | None = None) -> str:
         lines.append(f"\n[{title}]")
         for name in names:
             f = every[name]
-            value = value_of(f)
+            value = redact({name: value_of(f)})[name]  # the secrets rule
             shown = json_value(getattr(value, "value", value))
             help_text = _first_sentence(f.metadata.get("help", ""))
             lines.append(f"{name}  {_short_type(hints[name])}  {shown}  {help_text}".rstrip())

@@ -20,6 +20,8 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 
 from ..checkpoints import refused_pickles_as_user_error
 from ..logs import follow_log_level
+from ..models import is_relative_path
+from ..run_files import write_file
 from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
@@ -165,6 +167,8 @@ def _train_locked(
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
     trainer.save_model(str(out))
+    if trainer.accelerator.is_main_process:
+        absolute_adapter_base(out)  # an adapter names its base by an absolute path
     if config.merge_adapter and trainer.accelerator.is_main_process:
         save_merged(trainer, out / MERGED_DIR)
     after = _on_main(state, parts["evaluate"], trainer.model, "after")
@@ -182,10 +186,26 @@ def _train_locked(
         out=out,
     )
     if trainer.accelerator.is_main_process:
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        write_file(out, SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     steps_here = trainer.state.global_step - first
     if steps_here == 0 and not eval_only:
         raise NoTrainingSteps(summary["error"])
     if "error" in summary:
         raise AllUpdatesSkipped(f"{summary['error']}; see {out / 'metrics.jsonl'}")
     return summary
+
+
+def absolute_adapter_base(folder: Path) -> None:
+    """Rewrite an adapter folder's relative ``base_model_name_or_path`` (PEFT records the
+    path as the run was given it) as the absolute path it meant when the run started, so
+    the adapter loads its base from any directory (``models.adapter_base`` refuses a relative
+    one)."""
+    path = Path(str(folder)) / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if isinstance(base, str) and is_relative_path(base) and Path(base).exists():
+        config["base_model_name_or_path"] = str(Path(base).resolve())
+        write_file(path.parent, path.name, json.dumps(config, indent=2) + "\n")

@@ -13,6 +13,7 @@ import yaml
 
 from ..checkpoints import list_checkpoints
 from ..errors import UserError
+from ..run_files import OWNER_RECORD, write_file
 from .config import RLVRConfig
 
 logger = logging.getLogger(__name__)
@@ -35,14 +36,15 @@ RUN_CONFIG_HEADER = "# contrastive-rlvr train: the resolved config of the run in
 #: the embedded warm start (built there, or copied in by compare) and compare's notes and
 #: log. A folder holding only these is free for a fresh run.
 PREPARED_ENTRIES = frozenset(
-    {SFT_DIR, f"{SFT_DIR}.partial", "train.log", "error.txt", "interrupted.txt"}
+    {SFT_DIR, f"{SFT_DIR}.partial", "train.log", "error.txt", "interrupted.txt", OWNER_RECORD}
 )
 
 
 def save_resolved_config(config: RLVRConfig, path: Path) -> None:
     """Write every field of the resolved config as YAML (TrainingArguments.to_dict
     turns enums into their values and hides tokens), under :data:`RUN_CONFIG_HEADER`."""
-    path.write_text(RUN_CONFIG_HEADER + "\n" + yaml.safe_dump(config.to_dict(), sort_keys=True))
+    text = RUN_CONFIG_HEADER + "\n" + yaml.safe_dump(config.to_dict(), sort_keys=True)
+    write_file(path.parent, path.name, text)
 
 
 def written_by_a_run(path: Path) -> bool:
@@ -66,12 +68,16 @@ def holds_run(out: Path) -> list[str]:
 
 
 def save_data_identity(out: Path, config: RLVRConfig, fingerprint: dict | None) -> None:
-    """Record what data the run reads (``data.json``); nothing for the embedded task."""
-    if fingerprint is None:
+    """Record what the run reads (``data.json``): the dataset file's content and the run's
+    identity (reward code, dataset folder, model files: :mod:`.run_identity`); nothing for
+    the embedded task."""
+    from .run_identity import identity_of
+
+    if config.model == "embedded" and fingerprint is None:
         (out / DATA_FILE).unlink(missing_ok=True)
         return
-    record = {"dataset": config.dataset, **fingerprint}
-    (out / DATA_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    record = {"dataset": config.dataset, **(fingerprint or {}), "identity": identity_of(config)}
+    write_file(out, DATA_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def foreign_entries(out: Path) -> list[str]:
@@ -86,7 +92,11 @@ def foreign_entries(out: Path) -> list[str]:
         return []
     ours = set(PREPARED_ENTRIES) | set(RUN_FILES)
     ours.update(p.name for p in list_checkpoints(out))
-    return sorted(p.name for p in out.iterdir() if p.name not in ours)
+    # a write cut short leaves its temporary file (".NAME.<random>.tmp", run_files)
+    return sorted(
+        p.name for p in out.iterdir()
+        if p.name not in ours and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+    )  # fmt: skip
 
 
 def check_foreign_files(config: RLVRConfig, out: Path, *, may_write: bool) -> None:

@@ -4,7 +4,6 @@ learned, and the error of a run that learned nothing)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,9 @@ def any_step_scored(metrics_file: Path, first: int) -> bool:
     is no file to tell (another process writes it, or logging is off)."""
     if not metrics_file.exists():
         return True
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    from ..run_files import read_jsonl
+
+    rows = read_jsonl(metrics_file)
     rows = [r for r in rows if r.get("step", 0) > first]
     return not rows or any(isinstance(r.get("reward"), int | float) for r in rows)
 

@@ -32,6 +32,7 @@ from ..algorithms.diagnostics import (
     ratio_margin,
 )
 from ..algorithms.ops import Tensor, masked_mean
+from ..run_files import open_append
 from .jsonl import keep_steps_up_to
 
 DELTAS_FILE = "deltas.jsonl"
@@ -198,7 +199,7 @@ class TrainingDiagnostics(TrainerCallback):
         for key in ("rewards", "delta", "advantages"):
             if key in stats:
                 row[key] = [round(float(x), 6) for x in stats[key].tolist()]
-        with self.path.open("a") as f:
+        with open_append(self.path.parent, self.path.name) as f:
             f.write(json.dumps(row) + "\n")
 
 

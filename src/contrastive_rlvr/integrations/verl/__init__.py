@@ -19,3 +19,12 @@ names, inherited from the shared groups of :mod:`contrastive_rlvr.method_options
 :mod:`.groups` holds the engine-free pieces (pure torch); the other modules
 import verl. See docs/scale-out.md.
 """
+
+try:
+    # verl first: importing verl imports this plugin (its entry point), whose trainer
+    # imports .settings; a module of this package imported before verl (``import
+    # ...verl.settings``) would otherwise be half-initialised when that happens, and the
+    # crlvr_sync trainer would not register ("circular import").
+    import verl  # noqa: F401
+except ImportError:  # the engine-free modules (.groups) work without verl
+    pass

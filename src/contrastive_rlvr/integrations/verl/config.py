@@ -25,7 +25,14 @@ from typing import Any
 from verl.workers.config import PolicyLossConfig
 
 from ...algorithms.bicc_defaults import default_bicc_ratio_mode
-from ...method_options import AdvantageFields, BiCCFields, ConSPOFields, RCCFields
+from ...method_options import (
+    SHARED_GROUPS,
+    AdvantageFields,
+    BiCCFields,
+    ConSPOFields,
+    RCCFields,
+    check_field_types,
+)
 
 LOSS_PREFIX = "crlvr_"
 #: Where the fields sit in a verl config; errors name a field by its full path.
@@ -111,6 +118,8 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
+        # OmegaConf hands over YAML strings as they are: bicc: "false" would be true
+        check_field_types(self, SHARED_GROUPS, WHERE)
         self.check_advantage_fields(WHERE)
         self.check_conspo_fields(WHERE)
         self.check_rcc_fields(WHERE)

@@ -12,8 +12,9 @@ from verl.trainer.ppo.utils import need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass
 
 from ...algorithms import context_budget
+from ...method_options import SHARED_GROUPS, check_field_types
 from .advantages import ESTIMATORS, EstimatorSpec
-from .config import CrlvrPolicyLossConfig, refuse_renamed
+from .config import WHERE, CrlvrPolicyLossConfig, refuse_renamed
 from .groups import check_conspo_layout
 from .losses import PREFIX, is_contrastive_loss
 
@@ -28,6 +29,8 @@ def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
     section = config.actor_rollout_ref.actor.policy_loss
     if str(section.get("_target_", "")).endswith("CrlvrPolicyLossConfig"):
         refuse_renamed(section.keys())
+        # before Hydra wraps the same error in its own lines: bicc: "false" is a string
+        check_field_types(section, SHARED_GROUPS, WHERE)
     loss_cfg = omega_conf_to_dataclass(section)
     return loss_cfg if isinstance(loss_cfg, CrlvrPolicyLossConfig) else CrlvrPolicyLossConfig()
 
@@ -44,6 +47,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
     """
     actor = config.actor_rollout_ref.actor
     loss_mode = actor.policy_loss.get("loss_mode", "vanilla")
+    check_loss_mode(loss_mode)
     estimator = ESTIMATORS.get(config.algorithm.adv_estimator)
     is_target = str(actor.policy_loss.get("_target_", "")).endswith("CrlvrPolicyLossConfig")
     contrastive = estimator is not None and estimator.contrastive
@@ -114,6 +118,26 @@ def check_bicc_distill(config: DictConfig, options: CrlvrPolicyLossConfig) -> No
             "policy_loss.bicc_form='distill' cannot run with verl's distillation.enabled=True "
             "(its loss replaces the actor loss that carries BiCC's term); set it to false"
         )
+
+
+def check_loss_mode(loss_mode: object, registered: Any = None) -> None:
+    """Refuse a ``crlvr_*`` loss mode no one registered (a typo such as ``crlvr_grop``),
+    naming the closest registered one, at start rather than in a worker's first update.
+    ``registered``: the names verl knows (default: its policy-loss registry)."""
+    import difflib
+
+    if registered is None:
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as registered
+    name = str(loss_mode)
+    if not name.startswith(PREFIX) or name in registered:
+        return
+    ours = sorted(n for n in registered if str(n).startswith(PREFIX))
+    close = difflib.get_close_matches(name, ours, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ValueError(
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={name!r} is not a registered loss"
+        f"{hint}; the contrastive-rlvr losses are: {', '.join(ours)}"
+    )
 
 
 def _rollout_correction(config: DictConfig) -> Any:
