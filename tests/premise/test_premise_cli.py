@@ -100,3 +100,26 @@ def test_a_local_model_and_data_file_end_to_end(tmp_path):
     assert all(s["prompt"].startswith(tuple("01234")) for s in samples)
     assert saved["verdict"].upper() in (out / "premise.txt").read_text()
     assert Path(out / "premise.txt").read_text().strip() in result.output
+    # The start weights' transfer measure is in the report and in premise.json.
+    assert "bicc/transfer_cos at the start weights (3 groups" in result.output
+    assert set(saved["transfer_cos_at_start"]) == {"conditioned", "distill", "groups"}
+
+
+def test_rewards_that_score_nothing_are_one_line_not_undetermined(tmp_path):
+    from trainer_utils import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    rows = [{"problem": f"{x}+{y}=", "answer": str(x + y)} for x in range(5) for y in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = tmp_path / "silent.py"
+    reward.write_text(
+        "def silent(prompts, completions, **kwargs):\n    return [None] * len(completions)\n"
+    )
+    args = ["premise", "--model", str(model), "--dataset", str(data),
+            "--prompt_field", "problem", "--rewards", f"{reward}:silent",
+            "--heldout_size", "4", "--num_generations", "2", "--max_completion_length", "2",
+            "--problems", "2", "--output_dir", str(tmp_path / "p")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "nothing was scored" in result.output and "all 4 completions" in result.output

@@ -192,6 +192,7 @@ def run_premise(
     echo(f"sampled {len(samples)} problems x {G} ({took:.0f} s since the start, loading included)")
     columns = [c for c in rows.column_names if c != "prompt"]
     groups: list[Group] = []
+    unscored = 0
     with open_atomic(out, "samples.jsonl") as f:
         for i, row in enumerate(rows):
             texts = [tokenizer.decode(c, skip_special_tokens=True) for c in samples[i]]
@@ -205,6 +206,13 @@ def run_premise(
             record = {"problem": i, "prompt": raw_prompts[i], "completions": texts,
                       "rewards": scores, "correct": correct, "truncated": truncated}  # fmt: skip
             f.write(json.dumps(record, default=str) + "\n")
+            unscored += sum(not math.isfinite(x) for x in scores)
+    if unscored == G * len(groups):
+        raise UserError(
+            f"nothing was scored: the rewards ({', '.join(config.rewards)}) returned None or "
+            f"a non-number for all {unscored} completions; check that they read the "
+            f"completions and the answer column (the samples are in {out / 'samples.jsonl'})"
+        )
     builder, cond = _conditioning(config, model, tokenizer, end_ids, pad, render)
     result = measure(
         model,
