@@ -28,6 +28,7 @@ FORMS: dict[str, list[str]] = {
     "consistent": ["--bicc_mix", "1.0", "--bicc_ratio_mode", "consistent"],
     "mix05": ["--bicc_mix", "0.5", "--bicc_ratio_mode", "paper"],
     "distill": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_weight", "0.5"],
+    "distill-w1": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_weight", "1.0"],
     "distill-w01": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_weight", "0.1"],
     "distill-both": ["--bicc_form", "distill", "--bicc_mix", "1.0", "--bicc_distill_rows", "both"],
     "distill-ref": [
