@@ -80,7 +80,7 @@ def test_a_config_file_setting_wins_too(tmp_path):
 
 
 def test_a_bad_mode_names_the_field():
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="--bicc_ratio_mode: invalid choice: 'plain'"):
         parse_config(None, ["--bicc_ratio_mode", "plain"])
     from contrastive_rlvr.trainer.config import RLVRConfig
 

@@ -207,7 +207,9 @@ class ConditionedPrompts:
             )
             self._warned_empty = True
 
-    def _set_ratio_logps(self, batch: Batch, ctx: StageContext, conditioned_rows) -> None:
+    def _set_ratio_logps(
+        self, batch: Batch, ctx: StageContext, conditioned_rows: torch.Tensor | None = None
+    ) -> None:
         """The old / reference log-probs of the ratio mode (``conditioned_rows`` (B,) bool,
         the local rows that got a context, is read by :class:`TeacherPrompts`)."""
         out = batch.data
