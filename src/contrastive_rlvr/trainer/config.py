@@ -28,7 +28,11 @@ from .config_groups import (
     finite,
 )
 from .preflight import UserError
+from .trl_script_layout import install as _install_trl_script_layout
 from .trl_settings import check_project_loss_options
+
+# TrlParser((ScriptArguments, RLVRConfig, ModelConfig)): each shared field one option.
+_install_trl_script_layout()
 
 
 def _sampling_options(use_vllm: bool) -> tuple[frozenset[str] | None, str]:
@@ -70,6 +74,10 @@ class RLVRConfig(
     directory records. The fields and their checks live in the groups of
     :mod:`contrastive_rlvr.trainer.config_groups`.
     """
+
+    #: TRL's script layout (:mod:`.trl_script_layout`): this config carries ScriptArguments'
+    #: and ModelConfig's fields, so beside them in one TrlParser each is one option.
+    _carries_trl_script_fields = True
 
     # TRL's base config declares the deprecated ``gradient_checkpointing`` with the default
     # True, so transformers warned that it is deprecated on every config built (every
