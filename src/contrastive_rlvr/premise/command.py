@@ -33,12 +33,22 @@ def sample_groups(
     top_k: int = 0,
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
+    extra: dict[str, Any] | None = None,
 ) -> list[list[list[int]]]:
     """``group`` sampled completions per prompt (token ids cut after the first end id,
     which is kept; a completion that never ends keeps all ``max_new_tokens``), ``batch``
     prompts per ``generate`` call, left-padded; seeded, so a rerun draws the same. The
     sampling settings are TRL's (``top_k=0``: no top-k filter, the policy's own
-    distribution, as RL samples it)."""
+    distribution, as RL samples it); ``extra``: a run's other ``generation_kwargs``, over
+    them as in training."""
+    sampling: dict[str, Any] = dict(
+        do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+        repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
+        pad_token_id=pad_token_id, eos_token_id=list(end_ids) or None,
+    )  # fmt: skip
+    if min_p is not None:
+        sampling["min_p"] = min_p
+    sampling.update(extra or {})
     device = next(model.parameters()).device
     ends = set(end_ids)
     out: list[list[list[int]]] = []
@@ -57,17 +67,7 @@ def sample_groups(
                 att[i, width - len(p) :] = 1
             with torch.no_grad():
                 gen = model.generate(
-                    input_ids=ids.to(device),
-                    attention_mask=att.to(device),
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=top_p,
-                    top_k=top_k,
-                    repetition_penalty=repetition_penalty,
-                    **({} if min_p is None else {"min_p": min_p}),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=pad_token_id,
-                    eos_token_id=list(end_ids) or None,
+                    input_ids=ids.to(device), attention_mask=att.to(device), **sampling
                 )[:, width:].tolist()
             cut = []
             for g in gen:
@@ -120,6 +120,7 @@ def run_premise(
 
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids, template_encoder
     from ..errors import UserError
+    from ..trainer.config import sampling_settings
     from ..trainer.run import load_run_inputs
 
     check_options(problems, control, config)
@@ -161,16 +162,18 @@ def run_premise(
     end_ids = end_token_ids(tokenizer.eos_token_id, generation_eos)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_ids[0]
     G = config.num_generations
+    settings = sampling_settings(config)  # as training samples (generation_kwargs too)
     samples = sample_groups(
         model,
         prompt_ids,
         group=G,
         max_new_tokens=config.max_completion_length,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k or 0,
-        min_p=config.min_p,
-        repetition_penalty=config.repetition_penalty,
+        temperature=settings.pop("temperature"),
+        top_p=settings.pop("top_p"),
+        top_k=settings.pop("top_k"),
+        min_p=settings.pop("min_p", None),
+        repetition_penalty=settings.pop("repetition_penalty"),
+        extra=settings,
         pad_token_id=pad,
         end_ids=end_ids,
         batch=GENERATE_PROMPTS,
@@ -234,6 +237,7 @@ def run_premise(
         "top_k": config.top_k,
         "min_p": config.min_p,
         "repetition_penalty": config.repetition_penalty,
+        "generation_kwargs": config.generation_kwargs,
         "reward_threshold": config.reward_threshold,
         "seed": config.seed,
         "bicc_context_ratio": config.bicc_context_ratio,

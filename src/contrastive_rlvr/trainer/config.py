@@ -12,6 +12,7 @@ field, the value and the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from trl import GRPOConfig, ModelConfig
@@ -33,6 +34,27 @@ from .trl_settings import check_project_loss_options
 
 # TrlParser((ScriptArguments, RLVRConfig, ModelConfig)): each shared field one option.
 _install_trl_script_layout()
+
+
+#: TRL's defaults of the sampling fields a ``generation_kwargs`` key may override.
+TRL_SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+
+
+def sampling_settings(config: Any) -> dict[str, Any]:
+    """What training samples with, as ``generate`` keywords: the sampling fields
+    (``temperature``, ``top_p``, ``top_k``, ``min_p`` when set, ``repetition_penalty``),
+    then ``generation_kwargs`` over them (TRL's order). The held-out scoring and
+    ``premise`` sample with these, so all three draw from one distribution."""
+    settings: dict[str, Any] = {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k or 0,
+        "repetition_penalty": config.repetition_penalty,
+    }
+    if config.min_p is not None:
+        settings["min_p"] = config.min_p
+    settings.update(config.generation_kwargs or {})
+    return settings
 
 
 def _sampling_options(use_vllm: bool) -> tuple[frozenset[str] | None, str]:
@@ -185,10 +207,16 @@ class RLVRConfig(
 
     def _validate_generation_kwargs(self) -> None:
         """Every ``generation_kwargs`` key is an option of what samples (transformers'
-        ``GenerationConfig``, or vLLM's ``SamplingParams`` with ``use_vllm``) and none
-        restates a field of its own: ``GenerationConfig`` keeps an unknown key as an
-        attribute without a word, and a key such as ``temperature`` would change the
-        training samples but not the held-out evaluation, which reads the field."""
+        ``GenerationConfig``, or vLLM's ``SamplingParams`` with ``use_vllm``):
+        ``GenerationConfig`` keeps an unknown key as an attribute without a word.
+
+        As in TRL, the keys override the sampling fields (``top_p``, ``top_k``, ``min_p``,
+        ``repetition_penalty``), and the held-out scoring and ``premise`` sample with them
+        too (:func:`sampling_settings`); a field set away from TRL's default to another
+        value than its key is refused (one of the two would be ignored). ``temperature``
+        and the length keys stay refused: the loss scores log-probs at the ``temperature``
+        field and measures completions against ``max_completion_length``, so a sampling
+        value of its own would make both wrong."""
         kwargs = self.generation_kwargs
         if kwargs is None:
             return
@@ -198,15 +226,22 @@ class RLVRConfig(
                 '(on the command line a JSON object, e.g. \'{"num_beams": 2}\')'
             )
         own_field = {
-            "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-            "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-            "max_new_tokens": "max_completion_length", "max_tokens": "max_completion_length",
+            "temperature": "temperature", "max_new_tokens": "max_completion_length",
+            "max_tokens": "max_completion_length",
         }  # fmt: skip
         for key in kwargs:
             if key in own_field:
                 raise UserError(
-                    f"generation_kwargs: {key!r} has its own field: set {own_field[key]} "
-                    "instead (the held-out evaluation reads the field, not generation_kwargs)"
+                    f"generation_kwargs: {key!r} must be set as {own_field[key]} instead (the "
+                    f"loss reads {own_field[key]}: a sampling value of its own would make the "
+                    "log-probs or the length accounting wrong)"
+                )
+        for key, default in TRL_SAMPLING_DEFAULTS.items():
+            field_value = getattr(self, key)
+            if key in kwargs and field_value != default and field_value != kwargs[key]:
+                raise UserError(
+                    f"{key}={field_value} and generation_kwargs {key!r}: {kwargs[key]} disagree "
+                    f"(generation_kwargs would win, as in TRL); set one of the two"
                 )
         valid, sampler = _sampling_options(self.use_vllm)
         if valid is None:

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .config import RLVRConfig
+from .config import RLVRConfig, sampling_settings
 
 
 def heldout_reward_index(config: RLVRConfig) -> int:
@@ -55,14 +55,16 @@ def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: 
     ids = list(heldout["id"]) if "id" in heldout.column_names else list(range(len(heldout)))
 
     def evaluate(m, label: str | None = None) -> list[list[bool]]:
+        settings = sampling_settings(config)  # as training samples (generation_kwargs too)
         gen = HFGenerator(
             m,
             tokenizer,
             max_new_tokens=config.max_completion_length,
-            temperature=config.temperature,
-            top_p=config.top_p,
+            temperature=settings.pop("temperature"),
+            top_p=settings.pop("top_p"),
             batch_size=config.per_device_train_batch_size,
             chat=chat,
+            settings=settings,
         )
         samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
         correct, records = [], []
