@@ -22,7 +22,7 @@ nothing else (``eval --backend vllm``, GPU machines only).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -78,9 +78,11 @@ class HFGenerator:
         chat: bool,
         stop_at_eos: bool = False,
         settings: dict[str, Any] | None = None,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.settings = dict(settings or {})
+        self.on_batch = on_batch  # called with the rows of each finished generate call
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.temperature, self.top_p = temperature, top_p
         # A chat template already wrote BOS and the other special tokens.
@@ -147,6 +149,8 @@ class HFGenerator:
             )
             new = tokens[:, enc["input_ids"].shape[1] :]
             out.extend(self._texts(new))
+            if self.on_batch is not None:
+                self.on_batch(len(batch))
         return out
 
     def _texts(self, new: torch.Tensor) -> list[str]:

@@ -111,6 +111,8 @@ def _compare_section(report: dict) -> str:
 def _heldout_text(summary: dict, when: str) -> str:
     counts = summary.get(f"heldout_{when}")
     value = summary.get(f"heldout_avg@n_{when}")
+    if not isinstance(value, int | float):
+        return "not scored (heldout_size=0: no held-out split)"
     if not counts:
         return f"{value:.3f} (no counts or interval recorded by this run's code)"
     return (

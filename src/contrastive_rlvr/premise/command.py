@@ -34,13 +34,15 @@ def sample_groups(
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
     extra: dict[str, Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[list[list[int]]]:
     """``group`` sampled completions per prompt (token ids cut after the first end id,
     which is kept; a completion that never ends keeps all ``max_new_tokens``), ``batch``
     prompts per ``generate`` call, left-padded; seeded, so a rerun draws the same. The
     sampling settings are TRL's (``top_k=0``: no top-k filter, the policy's own
     distribution, as RL samples it); ``extra``: a run's other ``generation_kwargs``, over
-    them as in training."""
+    them as in training. ``on_batch`` is called with the completions of each finished
+    ``generate`` call (progress)."""
     sampling: dict[str, Any] = dict(
         do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
         repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
@@ -74,6 +76,8 @@ def sample_groups(
                 stop = next((k for k, t in enumerate(g) if t in ends), None)
                 cut.append(g if stop is None else g[: stop + 1])
             out += [cut[k : k + group] for k in range(0, len(cut), group)]
+            if on_batch is not None:
+                on_batch(len(chunk))
     finally:
         torch.random.set_rng_state(generator_state)
     return out
@@ -121,6 +125,8 @@ def run_premise(
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids, template_encoder
     from ..errors import UserError
     from ..trainer.config import sampling_settings
+    from ..trainer.heldout import ProgressLog
+    from ..trainer.preflight import preflight
     from ..trainer.run import load_run_inputs
 
     check_options(problems, control, config)
@@ -136,7 +142,8 @@ def run_premise(
     started = time.perf_counter()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts = load_run_inputs(config, out)
+    # premise trains nothing: no check of the held-out split or of a batch's rows
+    parts = load_run_inputs(config, out, preflight(config, training=False))
     model, tokenizer = parts["model"], parts["tokenizer"]
     if torch.cuda.is_available():
         model.to("cuda")
@@ -163,6 +170,8 @@ def run_premise(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_ids[0]
     G = config.num_generations
     settings = sampling_settings(config)  # as training samples (generation_kwargs too)
+    progress = ProgressLog("premise", total=G * len(prompt_ids), unit="completions", log=echo)
+    progress.start(f"{len(prompt_ids)} problems x {G}, {GENERATE_PROMPTS} problems a call")
     samples = sample_groups(
         model,
         prompt_ids,
@@ -174,11 +183,13 @@ def run_premise(
         min_p=settings.pop("min_p", None),
         repetition_penalty=settings.pop("repetition_penalty"),
         extra=settings,
+        on_batch=progress.advance,
         pad_token_id=pad,
         end_ids=end_ids,
         batch=GENERATE_PROMPTS,
         seed=config.seed,
     )
+    progress.finish()
     took = time.perf_counter() - started
     echo(f"sampled {len(samples)} problems x {G} ({took:.0f} s since the start, loading included)")
     columns = [c for c in rows.column_names if c != "prompt"]
@@ -226,6 +237,7 @@ def run_premise(
         log=echo,
     )
     truncated = sum(not (c and c[-1] in end_ids) for g in groups for c in g.completions)
+    causes = premise_causes(groups, truncated, config.max_completion_length)  # printed by cli
     result.settings = {
         "model": config.model,
         "dataset": config.dataset,
@@ -247,10 +259,48 @@ def run_premise(
         "bicc_truncation": config.bicc_truncation,
         "bicc_pairing": config.bicc_pairing,
         "truncated_completions": truncated / max(1, G * len(groups)),
+        "causes": causes,
         "device": str(next(model.parameters()).device),
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
     return result
+
+
+def premise_causes(groups: Sequence[Group], truncated: int, max_length: int) -> dict[str, str]:
+    """What ``train`` would report as a cause of learning nothing, found in the premise's
+    own samples (name -> message, as ``summary.json``'s ``learning_signal.causes``):
+    ``truncated``, completions cut at the length limit (a cut completion rarely states its
+    answer, so it counts as wrong); ``collapsed``, groups whose completions were all right
+    or all wrong (they have no opposite attempts, so they measure nothing). Each is named
+    whenever it touches a tenth of the samples or more, not only over half as in
+    ``train``: the premise's interval rests on the few mixed groups."""
+    causes: dict[str, str] = {}
+    total = sum(len(g.completions) for g in groups)
+    if total and truncated / total >= SAMPLE_SHARE:
+        causes["truncated"] = (
+            f"{truncated} of {total} completions ({truncated / total:.0%}) were cut at "
+            f"max_completion_length={max_length}; a cut completion rarely states its answer "
+            "and counts as wrong: raise max_completion_length, or ask the model for shorter "
+            "answers (a lower temperature rambles less)"
+        )
+    wrong = sum(1 for g in groups if not any(g.correct))
+    right = sum(1 for g in groups if all(g.correct))
+    if groups and (wrong + right) / len(groups) >= SAMPLE_SHARE:
+        causes["collapsed"] = (
+            f"{wrong + right} of {len(groups)} groups had every completion wrong ({wrong}) or "
+            f"every one right ({right}): they have no opposite attempts and measure nothing; "
+            + (
+                "all wrong: the task is too hard for the model, or the reward does not read "
+                "its answers (samples.jsonl shows both)"
+                if wrong >= right
+                else "all right: the task is too easy for the model"
+            )
+        )
+    return causes
+
+
+#: The share of the premise's samples (or groups) from which a cause is named.
+SAMPLE_SHARE = 0.1
 
 
 def check_options(problems: int, control: str, config: Any) -> None:

@@ -63,8 +63,11 @@ def _distributed_state(config: RLVRConfig):
 
 
 def _on_main(state: Any, evaluate: Any, model: Any, label: str) -> Any:
-    """The held-out evaluation once, on the main process; every process gets its value.
-    ``label`` (before, after) names the file of its samples."""
+    """The held-out evaluation once, on the main process; every process gets its value
+    (None without held-out scoring: ``heldout_size=0``). ``label`` (before, after) names
+    the file of its samples."""
+    if evaluate is None:
+        return None
     value = evaluate(model, label=label) if state.is_main_process else None
     if state.num_processes > 1:
         from accelerate.utils import broadcast_object_list
