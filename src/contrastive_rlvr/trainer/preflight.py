@@ -203,6 +203,12 @@ def preflight(config: Any, *, training: bool = True) -> PreflightResult:
     check_push_to_hub(config)
     check_quantization(config)
     check_optional_packages(config)
+    if config.merge_adapter and not config.use_peft:
+        raise UserError(
+            "merge_adapter=true merges a LoRA adapter, but this run trains none: set "
+            "use_peft=true (or pass peft_config to RLVRTrainer in a script), or drop "
+            "merge_adapter"
+        )
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result

@@ -17,6 +17,7 @@ TRL's own for the recipes TRL has, counting and skipping a non-finite one.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from ..errors import UserError
 from ..logs import follow_log_level
 from ..metrics import logged_name
 from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
@@ -34,7 +36,14 @@ from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, build_loss
-from .model_card import ProjectModelCard, load_named_model, record_base_model
+from .model_card import (
+    MERGED_DIR,
+    ProjectModelCard,
+    load_named_model,
+    record_base_model,
+    save_merged,
+)
+from .prompt_check import warn_plain_prompts
 from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
 from .shaping import with_overlong_penalty
@@ -76,6 +85,12 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         adapter = is_adapter(self.accelerator.unwrap_model(self.model))
         if adapter:
             record_base_model(self.accelerator.unwrap_model(self.model))
+        elif config.merge_adapter:
+            raise UserError(
+                "merge_adapter=True merges a LoRA adapter, but this trainer trains none: pass "
+                "peft_config (e.g. peft.LoraConfig(...), or trl.get_peft_config(config) with "
+                "use_peft=True), or drop merge_adapter"
+            )
         # A PEFT adapter's reference is its base model with the adapter off, as TRL's.
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
@@ -101,6 +116,15 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
+        warn_plain_prompts(config, self.train_dataset, self._tokenizer)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Trainer's ``save_model``; with ``merge_adapter`` the final save (not a
+        checkpoint's) also writes the adapter merged into its base to
+        ``output_dir/merged``, as ``contrastive-rlvr train`` does."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.merge_adapter and not _internal_call and self.accelerator.is_main_process:
+            save_merged(self, Path(output_dir or self.args.output_dir) / MERGED_DIR)
 
     # ------------------------------------------------------------------ shared plumbing
 

@@ -355,12 +355,9 @@ class DataOptions:
             f"name one of rewards={self.rewards}",
         )
         self._take_resume_from_checkpoint()
-        check(
-            not self.merge_adapter or getattr(self, "use_peft", False),
-            "merge_adapter",
-            self.merge_adapter,
-            "merges a LoRA adapter, so it needs use_peft=true",
-        )
+        # merge_adapter without use_peft: a script may pass peft_config=LoraConfig(...) in
+        # code; RLVRTrainer checks that an adapter is trained, the CLI's preflight that
+        # use_peft is set (it has no other way to ask for one).
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
         check(
