@@ -27,12 +27,13 @@ def first_prompt(dataset: Any) -> Any:
         return None
 
 
-def plain_prompts_note(config: Any, dataset: Any, tokenizer: Any) -> str | None:
-    """The warning for string prompts on a tokenizer with a chat template, unless the
-    config says to keep plain text (``chat_template=False``); else None."""
+def plain_prompts_note(config: Any, dataset: Any, has_template: bool) -> str | None:
+    """The warning for string prompts when the model's tokenizer (or processor) has a chat
+    template, unless the config says to keep plain text (``chat_template=False``); else
+    None."""
     if not isinstance(first_prompt(dataset), str):
         return None
-    if getattr(tokenizer, "chat_template", None) is None or not config.chat_template:
+    if not has_template or not config.chat_template:
         return None
     return (
         "the training prompts are plain strings and RLVRTrainer passes them to the model as "
@@ -44,20 +45,18 @@ def plain_prompts_note(config: Any, dataset: Any, tokenizer: Any) -> str | None:
     )
 
 
-def warn_plain_prompts(config: Any, dataset: Any, tokenizer: Any) -> None:
+def warn_plain_prompts(config: Any, dataset: Any, has_template: bool) -> None:
     """Log :func:`plain_prompts_note` once, when it applies."""
-    note = plain_prompts_note(config, dataset, tokenizer)
+    note = plain_prompts_note(config, dataset, has_template)
     if note is not None:
         logger.warning(note)
 
 
-def check_conversations_have_a_template(dataset: Any, tokenizer: Any, model: Any) -> None:
+def check_conversations_have_a_template(dataset: Any, has_template: bool, model: Any) -> None:
     """Refuse conversational prompts (message lists) for a tokenizer with no chat
     template, in one line naming the fix: TRL would fail at the first batch, deep in
     ``apply_chat_template`` (``tiny-random``'s character tokenizer has none)."""
-    if not isinstance(first_prompt(dataset), list):
-        return
-    if getattr(tokenizer, "chat_template", None) is not None:
+    if not isinstance(first_prompt(dataset), list) or has_template:
         return
     name = model if isinstance(model, str) else type(model).__name__
     raise UserError(

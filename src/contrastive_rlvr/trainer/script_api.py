@@ -30,8 +30,13 @@ def check_script_inputs(trainer: Any, adapter: bool, name: Any) -> None:
             "peft_config (e.g. peft.LoraConfig(...), or trl.get_peft_config(config) with "
             "use_peft=True), or drop merge_adapter"
         )
-    check_conversations_have_a_template(trainer.train_dataset, trainer._tokenizer, name)
-    warn_plain_prompts(config, trainer.train_dataset, trainer._tokenizer)
+    # A vision model's processor may hold the chat template its tokenizer lacks.
+    processor = trainer.processing_class
+    has_template = any(
+        getattr(x, "chat_template", None) is not None for x in (processor, trainer._tokenizer)
+    )
+    check_conversations_have_a_template(trainer.train_dataset, has_template, name)
+    warn_plain_prompts(config, trainer.train_dataset, has_template)
 
 
 class _LoadResult(NamedTuple):
