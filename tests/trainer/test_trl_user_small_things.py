@@ -2,18 +2,20 @@
 parameters; ``tiny-random`` on conversational rows stops in one line naming the fix; a
 resume of a model with tied embeddings says nothing of a "missing" ``lm_head.weight``
 (any other missing key is still warned); the ``smollm2-135m`` alias says what it is
-where it is offered."""
+where it is offered; the GPU recipe on a CPU names the overrides it needs."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 import pydoc
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from datasets import Dataset
-from trainer_utils import make_config, make_trainer, save_tiny_model
+from trainer_utils import forbid_model_loading, make_config, make_trainer, save_tiny_model
 from trl import GRPOTrainer
 
 from contrastive_rlvr.errors import UserError
@@ -78,3 +80,14 @@ def test_the_alias_says_it_is_a_dequantised_q4_1_build():
     (model,) = [p for p in typer.main.get_command(app).commands["eval"].params
                 if p.name == "model"]  # fmt: skip
     assert "smollm2-135m (SmolLM2-135M-Instruct's Q4_1 GGUF build, dequantised" in model.help
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without GPU")
+def test_the_gpu_recipe_on_a_cpu_names_the_overrides_it_needs(tmp_path, monkeypatch):
+    from cli_utils import cli, one_line
+
+    forbid_model_loading(monkeypatch, "a model was loaded before the config was checked")
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "trl" / "grpo_bicc_rcc.yaml"
+    result = cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")])
+    one_line(result, 2, "this config asks for a GPU (bf16=true, use_vllm=true) and this "
+             "machine has none: on a CPU add --bf16 false --use_vllm false")  # fmt: skip

@@ -137,11 +137,28 @@ class RLVRConfig(
             self.dataloader_pin_memory = False
         # Both TRL parents' checks (neither calls the other's).
         ModelConfig.__post_init__(self)
-        GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict
+        try:
+            GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict
+        except ValueError as err:
+            raise self._gpu_config_on_cpu(err) from err
         self._validate_generation_kwargs()
         self.validate_recipe_layout()
         self.validate_seed_layout()
         self._validate_whole_groups()
+
+    def _gpu_config_on_cpu(self, err: ValueError) -> ValueError:
+        """transformers' refusal of half precision on a machine without a GPU ("Your setup
+        doesn't support bf16/gpu") as one line naming the overrides a GPU recipe needs on
+        a CPU; any other error as it is."""
+        if "support bf16/gpu" not in str(err) and "support fp16" not in str(err):
+            return err
+        asked = [f"{n}=true" for n in ("bf16", "fp16", "use_vllm") if getattr(self, n, False)]
+        fixes = " ".join(f"--{n.split('=')[0]} false" for n in asked)
+        return UserError(
+            f"this config asks for a GPU ({', '.join(asked)}) and this machine has none: on "
+            f"a CPU add {fixes} (and a small --model and --max_completion_length for a run "
+            "that ends), or run it on a GPU"
+        )
 
     def _validate_ranges(self) -> None:
         """Values TRL's ``TrainingArguments`` accepts but no run can use (a NaN learning
