@@ -6,7 +6,6 @@ Each command's --help lists its options; `train --help` lists every training fie
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 import traceback
@@ -259,13 +258,7 @@ def train(
     )
     if not main:
         return
-    scorer = summary.get("heldout_reward")
-    typer.echo(
-        f"held-out avg@{summary['eval_n']}{f' ({scorer})' if scorer else ''}: "
-        f"{summary['heldout_avg@n_before']:.3f} before RL -> "
-        f"{summary['heldout_avg@n_after']:.3f} after {summary['steps']} steps "
-        f"({summary['wall_seconds']:.0f} s)"
-    )
+    typer.echo(_outcome_line(summary))
     signal = summary.get("learning_signal") or {}
     for name, message in (signal.get("causes") or {}).items():
         typer.echo(f"warning ({name}): {message}")
@@ -276,10 +269,35 @@ def train(
             f"the run learned nothing: {signal['learned_nothing']} (--no_learning_signal "
             "error makes this an error)"
         )
-    typer.echo(json.dumps(summary))
+    # The whole summary is in the file; the terminal gets where it is (one long JSON line
+    # was unreadable).
+    typer.echo(f"summary: {Path(cfg.output_dir) / 'summary.json'}")
     from .trainer.disk import disk_summary
 
     typer.echo(disk_summary(cfg.output_dir))
+
+
+def _outcome_line(summary: dict) -> str:
+    """The run's outcome in one line: held-out avg@n before and after, the steps and the
+    time, and the after score's interval (summary.json's); or that there was no held-out
+    scoring."""
+    steps = f"{summary['steps']} steps ({summary['wall_seconds']:.0f} s)"
+    if summary.get("heldout_avg@n_after") is None:
+        return f"no held-out scoring (heldout_size=0): {steps}"
+    scorer = summary.get("heldout_reward")
+    line = (
+        f"held-out avg@{summary['eval_n']}{f' ({scorer})' if scorer else ''}: "
+        f"{summary['heldout_avg@n_before']:.3f} before RL -> "
+        f"{summary['heldout_avg@n_after']:.3f} after {steps}"
+    )
+    after = summary.get("heldout_after") or {}
+    if "ci_low" in after:
+        method = " Wilson" if "Wilson" in str(after.get("interval", "")) else ""
+        line += (
+            f"; after: {after.get('level', 0.95):.0%}{method} interval "
+            f"[{after['ci_low']:.3f}, {after['ci_high']:.3f}]"
+        )
+    return line
 
 
 @app.command(
@@ -378,7 +396,12 @@ def report(
     "eval", short_help="Evaluate a model on math benchmarks: avg@n, pass@k and unparsable rate."
 )
 def eval_command(
-    model: str = typer.Option(..., "--model", help="HF id, local dir, .gguf file or smollm2-135m."),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        help="HF id, local dir, .gguf file or smollm2-135m (SmolLM2-135M-Instruct's Q4_1 "
+        "GGUF build, dequantised to float32).",
+    ),
     benchmarks: str = typer.Option(
         "math500",
         "--benchmarks",
@@ -519,6 +542,9 @@ def _premise_locked(cfg, out: Path, problems: int, control: str) -> None:
         result = run_premise(cfg, problems=problems, control=control, echo=typer.echo)
         data = cfg.dataset or cfg.dataset_name or "the embedded task"
         table = format_table(result, title=f"BiCC premise: model {cfg.model}, data {data}")
+        # What train would name as a cause of learning nothing, as train names it.
+        causes = result.settings.get("causes") or {}
+        table += "".join(f"\nwarning ({name}): {message}" for name, message in causes.items())
         typer.echo("\n" + table)
         write_file(out, "premise.txt", table + "\n")
         write_file(out, "premise.json", dump(result))

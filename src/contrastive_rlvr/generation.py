@@ -22,7 +22,7 @@ nothing else (``eval --backend vllm``, GPU machines only).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -55,7 +55,10 @@ class HFGenerator:
     """Batched ``model.generate`` with left padding, on whatever device the model is.
 
     ``temperature=0`` decodes greedily; otherwise it samples at ``temperature`` from the
-    ``top_p`` nucleus of the whole vocabulary (``top_k=0``: not ``generate``'s default 50).
+    ``top_p`` nucleus of the whole vocabulary (``top_k=0``: not ``generate``'s default 50),
+    with ``settings`` (more ``generate`` keywords: a training run's ``top_k``, ``min_p``,
+    ``repetition_penalty`` and ``generation_kwargs``, :func:`.trainer.config.sampling_settings`)
+    over those.
     ``chat``: the prompts were rendered with a chat template, which wrote BOS and the other
     special tokens already (none are added). ``stop_at_eos``: pass the tokenizer's
     ``<eos>`` to ``generate`` and cut each completion at its first one (the embedded
@@ -74,8 +77,12 @@ class HFGenerator:
         batch_size: int,
         chat: bool,
         stop_at_eos: bool = False,
+        settings: dict[str, Any] | None = None,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.settings = dict(settings or {})
+        self.on_batch = on_batch  # called with the rows of each finished generate call
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.temperature, self.top_p = temperature, top_p
         # A chat template already wrote BOS and the other special tokens.
@@ -121,6 +128,7 @@ class HFGenerator:
         if self.temperature > 0:
             sampling = {"do_sample": True, "top_k": 0}
             sampling.update(temperature=self.temperature, top_p=self.top_p)
+            sampling.update(self.settings)
         if self.stop_at_eos:
             sampling["eos_token_id"] = self.tokenizer.eos_token_id
         for start in range(0, len(rows), self.batch_size):
@@ -141,6 +149,8 @@ class HFGenerator:
             )
             new = tokens[:, enc["input_ids"].shape[1] :]
             out.extend(self._texts(new))
+            if self.on_batch is not None:
+                self.on_batch(len(batch))
         return out
 
     def _texts(self, new: torch.Tensor) -> list[str]:

@@ -8,7 +8,7 @@ The page holds what the folder's own files hold, nothing recomputed differently:
   interval over seeds, or the statement that one seed gives none), the RCC arms'
   gradient-variance ratio of means;
 - a training run (``summary.json``): held-out avg@n before and after RL with the
-  counts and bootstrap interval summary.json records (runs from before the counts
+  counts and Wilson interval summary.json records (runs from before the counts
   were recorded show the value alone, and say so);
 - an eval folder (``results.json`` with ``benchmarks``): avg@n (= pass@1) and pass@k
   with their intervals, the counts and the file each benchmark was read from;
@@ -16,7 +16,9 @@ The page holds what the folder's own files hold, nothing recomputed differently:
   file or network reference: the page can be mailed or archived alone);
 - a diagnostics table per run: mean over logged steps of the keys that say whether a
   method did anything (``rcc/cov``, the clip share, ``adv/collapse_rate``,
-  ``bicc/context_tokens``, ``diag/*``).
+  ``bicc/context_tokens``, ``diag/*``), and below it what the terminal says: a run that
+  learned nothing and why, a BiCC arm where BiCC never applied, and what a BiCC arm's
+  clip share measures.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ def _compare_section(report: dict) -> str:
 def _heldout_text(summary: dict, when: str) -> str:
     counts = summary.get(f"heldout_{when}")
     value = summary.get(f"heldout_avg@n_{when}")
+    keys = ("heldout_avg@n_before", "heldout_avg@n_after")
+    if all(k in summary and summary[k] is None for k in keys):  # heldout_size=0
+        return "not scored (heldout_size=0: no held-out split)"
     if not counts:
         return f"{value:.3f} (no counts or interval recorded by this run's code)"
     return (
@@ -132,7 +137,62 @@ def _run_section(summary: dict) -> str:
     ]  # fmt: skip
     interval = (summary.get("heldout_after") or {}).get("interval")
     note = f"<p class=note>Interval: 95% {_esc(interval)}.</p>" if interval else ""
-    return "<h2>Run</h2>" + _table(["", "value"], rows) + note
+    return "<h2>Run</h2>" + _table(["", "value"], rows) + note + _signal_text(summary)
+
+
+def _signal_text(summary: dict) -> str:
+    """What the terminal said at the end of the run on whether it could learn (summary.json's
+    ``learning_signal``): that it learned nothing, and each cause found."""
+    signal = summary.get("learning_signal") or {}
+    parts = []
+    if signal.get("learned_nothing"):
+        parts.append(f"<p><b>The run learned nothing</b>: {_esc(signal['learned_nothing'])}.</p>")
+    causes = signal.get("causes") or {}
+    if causes:
+        items = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in causes.items())
+        parts.append(f"<p>Why the run may have learned nothing:</p><ul>{items}</ul>")
+    return "".join(parts)
+
+
+#: Under the diagnostics table when a BiCC arm clipped: what its clip share measures.
+BICC_CLIP_NOTE = (
+    "A BiCC arm's clip share is not a sign of a broken run: its conditioned rows are scored "
+    "with the group's opposite attempts in the context, and in the 'paper' ratio mode "
+    "(bicc_ratio_mode, the default of the clipped recipes) the ratio is pi(o | [q; O]) / "
+    "pi_old(o | q); the context makes the model's own samples less likely (mean token "
+    "ratio 0.19-0.32 on the embedded default), so about a third of the tokens fall below "
+    "1 - eps_low from the first update on, while a plain arm, on-policy, clips none at its "
+    "first update. The 'consistent' mode clips none there. docs/bicc.md, 'Ratio mode per "
+    "recipe', has the measurements."
+)
+
+
+def _run_notes(runs: list, folder: Path) -> list[str]:
+    """The sentences the diagnostics table needs: a run of a compare folder that learned
+    nothing, a BiCC arm where BiCC never applied, and what a BiCC arm's clip share is."""
+    notes, bicc_clipped = [], False
+    for r in runs:
+        name = f"{r.recipe}/{r.arm}/seed{r.seed}"
+        nothing = ((r.summary or {}).get("learning_signal") or {}).get("learned_nothing")
+        if nothing and r.path != folder:
+            notes.append(f"{name} learned nothing: {nothing}.")
+        if "bicc" not in r.arm:
+            continue
+        _, conditioned = r.series("bicc/conditioned_frac")
+        if conditioned.size and not conditioned.any():
+            _, collapse = r.series("adv/collapse_rate")
+            why = f" (adv/collapse_rate {collapse.mean():.2f})" if collapse.size else ""
+            notes.append(
+                f"{name}: BiCC never applied: bicc/conditioned_frac was 0 at every logged "
+                "step, so no row was scored with opposite attempts and the arm trained as "
+                "plain; BiCC conditions a row only on its group's opposite attempts, which a "
+                f"group whose completions were all right or all wrong lacks{why}."
+            )
+        _, clipped = r.series(CLIP_FRACTION_KEYS[0])
+        bicc_clipped = bicc_clipped or bool(clipped.size and clipped.mean() > 0)
+    if bicc_clipped:
+        notes.append(BICC_CLIP_NOTE)
+    return notes
 
 
 def _eval_section(results: dict) -> str:
@@ -187,11 +247,13 @@ def _diagnostics_section(folder: Path) -> str:
             _, values = r.series(k)
             cells.append(f"{values.mean():.4g}" if values.size else "–")
         rows.append([f"{r.recipe}/{r.arm}/seed{r.seed}", len(r.metrics), *cells])
+    notes = "".join(f"<p>{_esc(n)}</p>" for n in _run_notes(runs, folder))
     return (
         "<h2>Diagnostics (mean over logged steps)</h2>"
         + _table(["run", "steps", *keys], rows)
         + "<p class=note>Definitions: docs/metrics.md. The clip share is "
         "clip_ratio/region_mean on either loss route.</p>"
+        + notes
     )
 
 

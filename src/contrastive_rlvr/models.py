@@ -250,7 +250,9 @@ def alias_standing_in(name: str) -> str | None:
 def recorded_model_id(name_or_path: str | os.PathLike[str]) -> str:
     """The name a saved adapter or model card records for the model loaded from
     ``name_or_path``: an alias (or its converted cache folder) becomes the upstream
-    Hugging Face id, which another machine can load; any other name is kept."""
+    Hugging Face id, which another machine can load; a relative path to a local folder or
+    file becomes absolute (an adapter trained on ``--model models/base`` then loads from
+    any working directory, as ``eval`` run elsewhere needs); any other name is kept."""
     name = str(name_or_path)
     if name in ALIASES:
         return ALIASES[name].upstream or name
@@ -263,6 +265,9 @@ def recorded_model_id(name_or_path: str | os.PathLike[str]) -> str:
         for spec in ALIASES.values():
             if spec.filename == gguf_name and spec.upstream:
                 return spec.upstream
+    local = Path(name).expanduser()
+    if name and not local.is_absolute() and local.exists():
+        return str(local.resolve())
     return name
 
 

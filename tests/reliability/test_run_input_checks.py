@@ -51,12 +51,13 @@ def guarded(monkeypatch):
         ('{"junk_option": 1}', "generation_kwargs: 'junk_option' is not an option of "
                                "transformers' GenerationConfig"),
         ('{"num_beam": 2}', "(did you mean num_beams"),
-        ('{"temperature": 0.1}', "generation_kwargs: 'temperature' has its own field"),
+        ('{"temperature": 0.1}', "generation_kwargs: 'temperature' must be set as temperature"),
+        ('{"top_k": 5}', "top_k=3 and generation_kwargs 'top_k': 5 disagree"),
     ],
 )
 def test_generation_kwargs_that_would_be_ignored_are_refused(tmp_path, guarded, value, message):
-    one_line(cli(["train", "--generation_kwargs", value, "--output_dir", str(tmp_path)]), 2,
-              message)  # fmt: skip
+    args = ["train", "--generation_kwargs", value, "--top_k", "3", "--output_dir", str(tmp_path)]
+    one_line(cli(args), 2, message)
 
 
 def test_known_generation_kwargs_pass(tmp_path):

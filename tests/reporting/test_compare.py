@@ -254,6 +254,15 @@ def test_invalid_run_config_fails_before_any_run(tmp_path):
     assert not (tmp_path / "grpo").exists()
 
 
+def test_heldout_size_0_is_refused_before_any_run(tmp_path):
+    spec = cmp.make_spec(recipes="grpo", arms="plain", seeds="0", output_dir=tmp_path,
+                         overrides=["--model", "tiny-random", "--dataset", "d.jsonl",
+                                    "--heldout_size", "0"])  # fmt: skip
+    with pytest.raises(ValueError, match="heldout_size=0 turns the held-out scoring off"):
+        cmp.run_compare(spec)
+    assert not (tmp_path / "grpo").exists()
+
+
 @pytest.mark.slow
 def test_jobs_run_in_child_processes(tmp_path):
     # two runs at once, each `python -m contrastive_rlvr.compare train ...` in its own process

@@ -106,7 +106,7 @@ def test_too_few_distinct_problems_is_named_before_the_model_loads(tmp_path):
         preflight(config_for(tmp_path, data, heldout_size=3))
     assert str(err.value) == (
         f"heldout_size=3 leaves no training rows in {data} (9 rows, 3 distinct prompts); "
-        "lower heldout_size"
+        "lower heldout_size (0: no held-out scoring)"
     )
     # training rows are those of the problems not held out: 2 problems x 3 copies = 6
     config = config_for(tmp_path, data, heldout_size=1, **{"--generation_batch_size": "32"})

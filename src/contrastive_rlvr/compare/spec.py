@@ -221,6 +221,11 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
                     cfg = parse_config(spec.config, run.overrides(spec), text=config_text)
                 except (ValueError, SystemExit) as err:
                     raise ValueError(f"run {recipe}/{arm}/seed{seed}: {err}") from err
+                if cfg.heldout_size == 0 and cfg.model != "embedded":
+                    raise ValueError(
+                        "heldout_size=0 turns the held-out scoring off, and compare's table "
+                        "is the held-out avg@n: give heldout_size above 0"
+                    )
                 settings = run_settings(cfg.to_dict())
                 if cfg.dataset not in data_identity:
                     data_identity[cfg.dataset] = _data_fingerprint(cfg.dataset)

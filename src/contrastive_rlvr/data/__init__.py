@@ -65,7 +65,7 @@ from .fields import (
     row_to_example,
     with_instruction,
 )
-from .heldout import HeldoutSplit, prompt_key, split_heldout
+from .heldout import HeldoutSplit, prompt_key, split_for, split_heldout
 from .loading import LoadedPrompts, load_prompts
 from .reading import (
     DEFAULT_SPLIT,
@@ -94,6 +94,7 @@ __all__ = [
     "prompt_key",
     "resolve_instruction",
     "row_to_example",
+    "split_for",
     "split_heldout",
     "with_instruction",
 ]

@@ -71,3 +71,43 @@ def split_heldout(dataset: Dataset, heldout_size: int, batch_size: int = 4096) -
                     train.append(position)
             position += 1
     return HeldoutSplit(heldout, train, len(seen), repeats, dropped)
+
+
+#: ``heldout_size``'s default, fitted to a file too small for it (:func:`split_for`).
+DEFAULT_HELDOUT = 100
+#: A small file holds out one in this many of its distinct prompts by default.
+SMALL_FILE_SHARE = 5  # one in five
+
+
+def fitted_heldout_size(problems: int, needed: int) -> int:
+    """The held-out size of the default ``heldout_size`` for a dataset of ``problems``
+    distinct prompts when one generation batch needs ``needed`` of them:
+    :data:`DEFAULT_HELDOUT` where that leaves ``needed`` to train on, else a fifth of the
+    prompts (at least 1), and fewer where the batch needs the rest (0 when it needs all)."""
+    if problems - DEFAULT_HELDOUT >= needed:
+        return DEFAULT_HELDOUT
+    size = max(1, problems // SMALL_FILE_SHARE)
+    return max(0, min(size, problems - needed))
+
+
+def split_for(
+    dataset: Dataset, heldout_size: int, needed: int
+) -> tuple[HeldoutSplit, int, str | None]:
+    """The held-out split of ``dataset`` (in its seeded order), the size used and, when
+    the default size was fitted to a small file, the one line that says so. Any other
+    size is used as it is (the caller refuses one that leaves too few rows)."""
+    split = split_heldout(dataset, heldout_size)
+    if heldout_size != DEFAULT_HELDOUT:
+        return split, heldout_size, None
+    size = fitted_heldout_size(split.problems, needed)
+    if size == DEFAULT_HELDOUT:
+        return split, size, None
+    split = split_heldout(dataset, size)
+    note = (
+        f"{split.problems} distinct prompts, too few to hold out heldout_size="
+        f"{DEFAULT_HELDOUT} and keep the {needed} prompt(s) one generation batch needs: "
+        f"holding out {size} for the held-out avg@n"
+        + (" (none: every prompt is needed to train)" if size == 0 else "")
+        + "; --heldout_size N sets another size, 0 turns the held-out scoring off"
+    )
+    return split, size, note

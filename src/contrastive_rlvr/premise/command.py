@@ -34,12 +34,24 @@ def sample_groups(
     top_k: int = 0,
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
+    extra: dict[str, Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[list[list[int]]]:
     """``group`` sampled completions per prompt (token ids cut after the first end id,
     which is kept; a completion that never ends keeps all ``max_new_tokens``), ``batch``
     prompts per ``generate`` call, left-padded; seeded, so a rerun draws the same. The
     sampling settings are TRL's (``top_k=0``: no top-k filter, the policy's own
-    distribution, as RL samples it)."""
+    distribution, as RL samples it); ``extra``: a run's other ``generation_kwargs``, over
+    them as in training. ``on_batch`` is called with the completions of each finished
+    ``generate`` call (progress)."""
+    sampling: dict[str, Any] = dict(
+        do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+        repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
+        pad_token_id=pad_token_id, eos_token_id=list(end_ids) or None,
+    )  # fmt: skip
+    if min_p is not None:
+        sampling["min_p"] = min_p
+    sampling.update(extra or {})
     device = next(model.parameters()).device
     ends = set(end_ids)
     out: list[list[list[int]]] = []
@@ -58,23 +70,15 @@ def sample_groups(
                 att[i, width - len(p) :] = 1
             with torch.no_grad():
                 gen = model.generate(
-                    input_ids=ids.to(device),
-                    attention_mask=att.to(device),
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=top_p,
-                    top_k=top_k,
-                    repetition_penalty=repetition_penalty,
-                    **({} if min_p is None else {"min_p": min_p}),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=pad_token_id,
-                    eos_token_id=list(end_ids) or None,
+                    input_ids=ids.to(device), attention_mask=att.to(device), **sampling
                 )[:, width:].tolist()
             cut = []
             for g in gen:
                 stop = next((k for k, t in enumerate(g) if t in ends), None)
                 cut.append(g if stop is None else g[: stop + 1])
             out += [cut[k : k + group] for k in range(0, len(cut), group)]
+            if on_batch is not None:
+                on_batch(len(chunk))
     finally:
         torch.random.set_rng_state(generator_state)
     return out
@@ -111,7 +115,8 @@ def total_rewards(
 #: The run settings ``premise.json`` records, as the config names them.
 SETTINGS = tuple(
     "model dataset base_config num_generations max_completion_length temperature top_p top_k "
-    "min_p repetition_penalty reward_threshold seed bicc_context_ratio bicc_max_seq_len "
+    "min_p repetition_penalty generation_kwargs reward_threshold seed bicc_context_ratio "
+    "bicc_max_seq_len "
     "bicc_placement bicc_framing_budget bicc_truncation bicc_pairing".split()
 )
 
@@ -130,6 +135,9 @@ def run_premise(
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids
     from ..errors import UserError
     from ..run_files import open_atomic
+    from ..trainer.config import sampling_settings
+    from ..trainer.heldout import ProgressLog
+    from ..trainer.preflight import preflight
     from ..trainer.run import load_run_inputs
     from .transfer import start_transfer
 
@@ -147,7 +155,8 @@ def run_premise(
     out = Path(config.output_dir)
     check_premise_folder(out)  # before any model: a folder it cannot or may not write
     out.mkdir(parents=True, exist_ok=True)
-    parts = load_run_inputs(config, out)
+    # premise trains nothing: no check of the held-out split or of a batch's rows
+    parts = load_run_inputs(config, out, preflight(config, training=False))
     model, tokenizer = parts["model"], parts["tokenizer"]
     if torch.cuda.is_available():
         model.to("cuda")
@@ -173,21 +182,27 @@ def run_premise(
     end_ids = end_token_ids(tokenizer.eos_token_id, generation_eos)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_ids[0]
     G = config.num_generations
+    settings = sampling_settings(config)  # as training samples (generation_kwargs too)
+    progress = ProgressLog("premise", total=G * len(prompt_ids), unit="completions", log=echo)
+    progress.start(f"{len(prompt_ids)} problems x {G}, {GENERATE_PROMPTS} problems a call")
     samples = sample_groups(
         model,
         prompt_ids,
         group=G,
         max_new_tokens=config.max_completion_length,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k or 0,
-        min_p=config.min_p,
-        repetition_penalty=config.repetition_penalty,
+        temperature=settings.pop("temperature"),
+        top_p=settings.pop("top_p"),
+        top_k=settings.pop("top_k"),
+        min_p=settings.pop("min_p", None),
+        repetition_penalty=settings.pop("repetition_penalty"),
+        extra=settings,
+        on_batch=progress.advance,
         pad_token_id=pad,
         end_ids=end_ids,
         batch=GENERATE_PROMPTS,
         seed=config.seed,
     )
+    progress.finish()
     took = time.perf_counter() - started
     echo(f"sampled {len(samples)} problems x {G} ({took:.0f} s since the start, loading included)")
     columns = [c for c in rows.column_names if c != "prompt"]
@@ -230,8 +245,10 @@ def run_premise(
         taught=config.bicc_distill_rows,
     )
     truncated = sum(not (c and c[-1] in end_ids) for g in groups for c in g.completions)
+    causes = premise_causes(groups, truncated, config.max_completion_length)  # printed by cli
     result.settings = {name: getattr(config, name) for name in SETTINGS} | {
         "truncated_completions": truncated / max(1, G * len(groups)),
+        "causes": causes,
         "device": str(next(model.parameters()).device),
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
@@ -283,6 +300,43 @@ def check_premise_folder(out: Path) -> None:
     check_output_dir(out)
     for name in PREMISE_FILES:
         check_replaceable(out, name)
+
+
+def premise_causes(groups: Sequence[Group], truncated: int, max_length: int) -> dict[str, str]:
+    """What ``train`` would report as a cause of learning nothing, found in the premise's
+    own samples (name -> message, as ``summary.json``'s ``learning_signal.causes``):
+    ``truncated``, completions cut at the length limit (a cut completion rarely states its
+    answer, so it counts as wrong); ``collapsed``, groups whose completions were all right
+    or all wrong (they have no opposite attempts, so they measure nothing). Each is named
+    whenever it touches a tenth of the samples or more, not only over half as in
+    ``train``: the premise's interval rests on the few mixed groups."""
+    causes: dict[str, str] = {}
+    total = sum(len(g.completions) for g in groups)
+    if total and truncated / total >= SAMPLE_SHARE:
+        causes["truncated"] = (
+            f"{truncated} of {total} completions ({truncated / total:.0%}) were cut at "
+            f"max_completion_length={max_length}; a cut completion rarely states its answer "
+            "and counts as wrong: raise max_completion_length, or ask the model for shorter "
+            "answers (a lower temperature rambles less)"
+        )
+    wrong = sum(1 for g in groups if not any(g.correct))
+    right = sum(1 for g in groups if all(g.correct))
+    if groups and (wrong + right) / len(groups) >= SAMPLE_SHARE:
+        causes["collapsed"] = (
+            f"{wrong + right} of {len(groups)} groups had every completion wrong ({wrong}) or "
+            f"every one right ({right}): they have no opposite attempts and measure nothing; "
+            + (
+                "all wrong: the task is too hard for the model, or the reward does not read "
+                "its answers (samples.jsonl shows both)"
+                if wrong >= right
+                else "all right: the task is too easy for the model"
+            )
+        )
+    return causes
+
+
+#: The share of the premise's samples (or groups) from which a cause is named.
+SAMPLE_SHARE = 0.1
 
 
 def check_options(problems: int, control: str, config: Any) -> None:

@@ -12,6 +12,7 @@ field, the value and the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from trl import GRPOConfig, ModelConfig
@@ -28,7 +29,32 @@ from .config_groups import (
     finite,
 )
 from .preflight import UserError
+from .trl_script_layout import install as _install_trl_script_layout
 from .trl_settings import check_project_loss_options
+
+# TrlParser((ScriptArguments, RLVRConfig, ModelConfig)): each shared field one option.
+_install_trl_script_layout()
+
+
+#: TRL's defaults of the sampling fields a ``generation_kwargs`` key may override.
+TRL_SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+
+
+def sampling_settings(config: Any) -> dict[str, Any]:
+    """What training samples with, as ``generate`` keywords: the sampling fields
+    (``temperature``, ``top_p``, ``top_k``, ``min_p`` when set, ``repetition_penalty``),
+    then ``generation_kwargs`` over them (TRL's order). The held-out scoring and
+    ``premise`` sample with these, so all three draw from one distribution."""
+    settings: dict[str, Any] = {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k or 0,
+        "repetition_penalty": config.repetition_penalty,
+    }
+    if config.min_p is not None:
+        settings["min_p"] = config.min_p
+    settings.update(config.generation_kwargs or {})
+    return settings
 
 
 def _sampling_options(use_vllm: bool) -> tuple[frozenset[str] | None, str]:
@@ -71,6 +97,10 @@ class RLVRConfig(
     :mod:`contrastive_rlvr.trainer.config_groups`.
     """
 
+    #: TRL's script layout (:mod:`.trl_script_layout`): this config carries ScriptArguments'
+    #: and ModelConfig's fields, so beside them in one TrlParser each is one option.
+    _carries_trl_script_fields = True
+
     # TRL's base config declares the deprecated ``gradient_checkpointing`` with the default
     # True, so transformers warned that it is deprecated on every config built (every
     # command, ``--help`` too). Both names default to unset here and TRL's default goes
@@ -107,11 +137,28 @@ class RLVRConfig(
             self.dataloader_pin_memory = False
         # Both TRL parents' checks (neither calls the other's).
         ModelConfig.__post_init__(self)
-        GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict
+        try:
+            GRPOConfig.__post_init__(self)  # turns a JSON generation_kwargs into a dict
+        except ValueError as err:
+            raise self._gpu_config_on_cpu(err) from err
         self._validate_generation_kwargs()
         self.validate_recipe_layout()
         self.validate_seed_layout()
         self._validate_whole_groups()
+
+    def _gpu_config_on_cpu(self, err: ValueError) -> ValueError:
+        """transformers' refusal of half precision on a machine without a GPU ("Your setup
+        doesn't support bf16/gpu") as one line naming the overrides a GPU recipe needs on
+        a CPU; any other error as it is."""
+        if "support bf16/gpu" not in str(err) and "support fp16" not in str(err):
+            return err
+        asked = [f"{n}=true" for n in ("bf16", "fp16", "use_vllm") if getattr(self, n, False)]
+        fixes = " ".join(f"--{n.split('=')[0]} false" for n in asked)
+        return UserError(
+            f"this config asks for a GPU ({', '.join(asked)}) and this machine has none: on "
+            f"a CPU add {fixes} (and a small --model and --max_completion_length for a run "
+            "that ends), or run it on a GPU"
+        )
 
     def _validate_ranges(self) -> None:
         """Values TRL's ``TrainingArguments`` accepts but no run can use (a NaN learning
@@ -192,10 +239,16 @@ class RLVRConfig(
 
     def _validate_generation_kwargs(self) -> None:
         """Every ``generation_kwargs`` key is an option of what samples (transformers'
-        ``GenerationConfig``, or vLLM's ``SamplingParams`` with ``use_vllm``) and none
-        restates a field of its own: ``GenerationConfig`` keeps an unknown key as an
-        attribute without a word, and a key such as ``temperature`` would change the
-        training samples but not the held-out evaluation, which reads the field."""
+        ``GenerationConfig``, or vLLM's ``SamplingParams`` with ``use_vllm``):
+        ``GenerationConfig`` keeps an unknown key as an attribute without a word.
+
+        As in TRL, the keys override the sampling fields (``top_p``, ``top_k``, ``min_p``,
+        ``repetition_penalty``), and the held-out scoring and ``premise`` sample with them
+        too (:func:`sampling_settings`); a field set away from TRL's default to another
+        value than its key is refused (one of the two would be ignored). ``temperature``
+        and the length keys stay refused: the loss scores log-probs at the ``temperature``
+        field and measures completions against ``max_completion_length``, so a sampling
+        value of its own would make both wrong."""
         kwargs = self.generation_kwargs
         if kwargs is None:
             return
@@ -205,15 +258,22 @@ class RLVRConfig(
                 '(on the command line a JSON object, e.g. \'{"num_beams": 2}\')'
             )
         own_field = {
-            "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-            "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-            "max_new_tokens": "max_completion_length", "max_tokens": "max_completion_length",
+            "temperature": "temperature", "max_new_tokens": "max_completion_length",
+            "max_tokens": "max_completion_length",
         }  # fmt: skip
         for key in kwargs:
             if key in own_field:
                 raise UserError(
-                    f"generation_kwargs: {key!r} has its own field: set {own_field[key]} "
-                    "instead (the held-out evaluation reads the field, not generation_kwargs)"
+                    f"generation_kwargs: {key!r} must be set as {own_field[key]} instead (the "
+                    f"loss reads {own_field[key]}: a sampling value of its own would make the "
+                    "log-probs or the length accounting wrong)"
+                )
+        for key, default in TRL_SAMPLING_DEFAULTS.items():
+            field_value = getattr(self, key)
+            if key in kwargs and field_value != default and field_value != kwargs[key]:
+                raise UserError(
+                    f"{key}={field_value} and generation_kwargs {key!r}: {kwargs[key]} disagree "
+                    f"(generation_kwargs would win, as in TRL); set one of the two"
                 )
         valid, sampler = _sampling_options(self.use_vllm)
         if valid is None:

@@ -55,6 +55,8 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
     data = loaded.dataset.shuffle(seed=config.seed)
     split = checked.split or split_heldout(data, config.heldout_size)
+    if checked.heldout_note:
+        start_log.info("%s: %s", loaded.source, checked.heldout_note)
     if not split.train:
         raise ValueError(
             f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
@@ -91,11 +93,15 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
     ]
     log_field_mapping(loaded)
     which = heldout_reward_index(config)
-    start_log.info(
-        "held-out avg@%d is scored by reward %r (heldout_reward)",
-        config.eval_n, config.rewards[which],
-    )  # fmt: skip
-    evaluate = heldout_evaluator(config, tokenizer, heldout, rewards[which], chat=chat)
+    evaluate = None
+    if len(heldout):
+        start_log.info(
+            "held-out avg@%d on %d problems is scored by reward %r (heldout_reward)",
+            config.eval_n, len(heldout), config.rewards[which],
+        )  # fmt: skip
+        evaluate = heldout_evaluator(config, tokenizer, heldout, rewards[which], chat=chat)
+    else:
+        start_log.info("no held-out scoring (heldout_size=0)")
     return dict(
         model=model,
         tokenizer=tokenizer,

@@ -6,11 +6,14 @@ records with its interval."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import RLVRConfig
+from .config import RLVRConfig, sampling_settings
 
 
 def heldout_reward_index(config: RLVRConfig) -> int:
@@ -55,16 +58,23 @@ def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: 
     ids = list(heldout["id"]) if "id" in heldout.column_names else list(range(len(heldout)))
 
     def evaluate(m, label: str | None = None) -> list[list[bool]]:
+        settings = sampling_settings(config)  # as training samples (generation_kwargs too)
+        what = f"held-out avg@{config.eval_n}" + (f" {label} RL" if label else "")
+        progress = ProgressLog(what, total=config.eval_n * len(texts), unit="completions")
         gen = HFGenerator(
             m,
             tokenizer,
             max_new_tokens=config.max_completion_length,
-            temperature=config.temperature,
-            top_p=config.top_p,
+            temperature=settings.pop("temperature"),
+            top_p=settings.pop("top_p"),
             batch_size=config.per_device_train_batch_size,
             chat=chat,
+            settings=settings,
+            on_batch=progress.advance,
         )
+        progress.start(f"{len(texts)} problems x {config.eval_n} samples")
         samples = [gen.generate(texts, seed=config.seed + k) for k in range(config.eval_n)]
+        progress.finish()
         correct, records = [], []
         n = config.eval_n
         for i, row in enumerate(heldout):
@@ -88,6 +98,46 @@ def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: 
         return correct
 
     return evaluate
+
+
+#: Seconds between two progress lines of a long phase (the first and last always show).
+PROGRESS_EVERY_S = 30.0
+#: The logger of the lines a run shows at the default log level (run.py sets its level).
+start_log = logging.getLogger("contrastive_rlvr.start")
+
+
+class ProgressLog:
+    """Progress of a long phase as log lines (held-out scoring took most of a short
+    SmolLM2 run, silently): one when it starts, one at most every ``every_s`` seconds
+    with the count done, the share and the time so far, and one when it ends."""
+
+    def __init__(
+        self, what: str, *, total: int, unit: str, every_s: float | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:  # fmt: skip
+        self.what, self.total, self.unit = what, total, unit
+        self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
+        self.log = log or start_log.info
+        self.done = 0
+        self.started = self.last = time.perf_counter()
+
+    def start(self, detail: str) -> None:
+        self.started = self.last = time.perf_counter()
+        self.log(f"{self.what}: sampling {self.total} {self.unit} ({detail})")
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            self.log(
+                f"{self.what}: {self.done} of {self.total} {self.unit} "
+                f"({self.done / max(self.total, 1):.0%}), {now - self.started:.0f} s"
+            )
+
+    def finish(self) -> None:
+        took = time.perf_counter() - self.started
+        self.log(f"{self.what}: {self.done} of {self.total} {self.unit} in {took:.0f} s")
 
 
 def write_samples(path: Path, records: list[dict]) -> None:

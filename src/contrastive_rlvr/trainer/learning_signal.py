@@ -225,14 +225,24 @@ class LearningSignal(TrainerCallback):
             if wrong >= correct:
                 hint = (
                     "; all wrong: the task is too hard for the model, or the reward does "
-                    "not read its answers (the held-out samples in samples/ show what it "
-                    "wrote and what was read)"
+                    f"not read its answers ({self._where_samples()})"
                 )
             else:
                 hint = "; all correct: the task is too easy for the model"
         if t.grad_steps:
             text += f"; gradient norm 0 at {t.zero_grad_steps} of {_steps(t.grad_steps)}"
         return text + hint
+
+    def _where_samples(self) -> str:
+        """Where the user can read what the model wrote: the held-out samples that
+        ``contrastive_rlvr.train`` writes, else (a script's own trainer writes none) TRL's
+        printed completions."""
+        if getattr(self.trainer, "writes_heldout_samples", False):
+            return "the held-out samples in samples/ show what it wrote and what was read"
+        return (
+            "log_completions=True prints sampled completions with their rewards; "
+            "contrastive_rlvr.train also writes held-out samples to samples/"
+        )
 
     def _no_answer_message(self, name: str, reward: Any, scored: float) -> str:
         from ..rewards import AnswerReading

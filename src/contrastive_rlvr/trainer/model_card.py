@@ -78,16 +78,40 @@ def record_base_model(model: Any) -> None:
         base.name_or_path = recorded_model_id(base.name_or_path)
 
 
-def methods_on(config: Any) -> list[str]:
-    """The names of the project's methods ``config`` switches on."""
-    return [name for flag, name in METHODS.items() if getattr(config, flag, False)]
+def methods_on(config: Any, adapter: bool = False) -> list[str]:
+    """The names of the project's methods ``config`` switches on; ``adapter``: the model
+    trained is a PEFT adapter (a script's ``peft_config`` without ``use_peft`` too)."""
+    names = [name for flag, name in METHODS.items() if getattr(config, flag, False)]
+    if adapter and METHODS["use_peft"] not in names:
+        names.append(METHODS["use_peft"])
+    return names
 
 
-def run_section(config: Any, base_model: str) -> str:
-    """The card's section on the run, in Markdown."""
+def data_named(config: Any, train_dataset: Any = None) -> str:
+    """What the card calls the run's data: the embedded task, the ``dataset`` the config
+    names, else the dataset passed in code (its rows and columns), else "not recorded"."""
+    if config.model == "embedded":
+        return "the embedded arithmetic task"
+    if getattr(config, "dataset", None):
+        return f"`{config.dataset}`"
+    columns = getattr(train_dataset, "column_names", None)
+    if columns is not None:
+        try:
+            rows = f"{len(train_dataset)} rows, "
+        except TypeError:  # an iterable dataset has no length
+            rows = ""
+        return f"a dataset passed in code ({rows}columns {', '.join(columns)})"
+    return "not recorded (a dataset passed in code)"
+
+
+def run_section(
+    config: Any, base_model: str, data: str | None = None, adapter: bool = False
+) -> str:
+    """The card's section on the run, in Markdown; ``data``: :func:`data_named`'s text
+    (by default from the config alone); ``adapter``: the model is a PEFT adapter."""
     from ..models import ALIASES
 
-    methods = ", ".join(methods_on(config)) or "none (plain recipe)"
+    methods = ", ".join(methods_on(config, adapter)) or "none (plain recipe)"
     alias = ALIASES.get(str(config.model))
     built = (
         f" (trained from the alias `{config.model}`: the {alias.filename} build of "
@@ -101,7 +125,7 @@ def run_section(config: Any, base_model: str) -> str:
         f"- base model: `{base_model}`{built}",
         f"- recipe: `{config.recipe}`",
         f"- methods on: {methods}",
-        f"- dataset: `{config.dataset or 'embedded arithmetic task'}`",
+        f"- dataset: {data or data_named(config)}",
         f"- base configuration: `{config.base_config or 'none (built in code)'}`",
         "",
     ]
@@ -114,12 +138,14 @@ def card_model_name(config: Any) -> str:
     return str(getattr(config, "hub_model_id", None) or config.output_dir)
 
 
-def complete_model_card(config: Any, model_id: str | None) -> None:
+def complete_model_card(
+    config: Any, model_id: str | None, data: str | None = None, adapter: bool = False
+) -> None:
     """Complete TRL's card in ``output_dir``: name the base model where TRL wrote ``None``
     (the config's model, else ``model_id``, the model's own config id; an alias as its
     upstream id), name the model itself where TRL wrote ``None`` (title, the pipeline
     example), link no local path to the Hub, tag the project, recipe and methods, and add
-    :func:`run_section`."""
+    :func:`run_section` (``data``: what it calls the data, :func:`data_named`)."""
     from ..models import recorded_model_id
     from ..run_files import claim, read_text, write_file
 
@@ -134,7 +160,7 @@ def complete_model_card(config: Any, model_id: str | None) -> None:
         hub_link = f"[{dataset}](https://huggingface.co/datasets/{dataset})"
         text = text.replace(hub_link, f"`{dataset}`")
         text = text.replace(f"datasets: {dataset}\n", "")
-    tags = ["contrastive-rlvr", config.recipe, *methods_on(config)]
+    tags = ["contrastive-rlvr", config.recipe, *methods_on(config, adapter)]
     if text.startswith("---\n") and "\ntags:\n" in text:  # TRL's YAML header lists tags
         text = text.replace("\ntags:\n", "\ntags:\n" + "".join(f"- {t}\n" for t in tags), 1)
     on_hub = bool(_HUB_ID.match(base_model)) and not Path(base_model).exists()
@@ -144,7 +170,8 @@ def complete_model_card(config: Any, model_id: str | None) -> None:
     text = text.replace("base_model: None\n", f"base_model: {base_model}\n" if on_hub else "")
     # TRL wrote the card just now: it is the run's (claimed), then replaced whole
     claim(path)
-    write_file(path.parent, path.name, text.rstrip("\n") + "\n\n" + run_section(config, base_model))
+    section = run_section(config, base_model, data, adapter)
+    write_file(path.parent, path.name, text.rstrip("\n") + "\n\n" + section)
 
 
 class ProjectModelCard:
@@ -157,7 +184,10 @@ class ProjectModelCard:
         name = model_name or card_model_name(self.args)
         super().create_model_card(name, dataset_name or self.args.dataset, tags)
         if self.is_world_process_zero():
-            complete_model_card(self.args, get_config_model_id(self.model.config))
+            data = data_named(self.args, getattr(self, "train_dataset", None))
+            adapter = hasattr(self.accelerator.unwrap_model(self.model), "peft_config")
+            model_id = get_config_model_id(self.model.config)
+            complete_model_card(self.args, model_id, data, adapter)
 
 
 #: The folder under output_dir where ``merge_adapter=true`` saves the merged model.

@@ -31,6 +31,7 @@ class PreflightResult:
 
     prompts: Any = None  # data.LoadedPrompts of a custom dataset
     split: Any = None  # data.HeldoutSplit of its rows in the seeded order (by problem)
+    heldout_note: str | None = None  # the line saying a small file's held-out size was fitted
     rewards: list[Any] = field(default_factory=list)
     reward_names: list[str] = field(default_factory=list)
 
@@ -186,9 +187,14 @@ def reading_options(config: Any) -> dict[str, bool]:
     return options
 
 
-def preflight(config: Any) -> PreflightResult:
-    """Every check of a training run that needs no model; raises :class:`UserError`."""
-    from ..data import split_heldout
+def preflight(config: Any, *, training: bool = True) -> PreflightResult:
+    """Every check of a training run that needs no model; raises :class:`UserError`.
+    ``training=False`` (``premise``, which trains nothing): the held-out split and the
+    rows one generation batch needs are not checked, and a split that would leave no
+    training rows holds nothing out. The default ``heldout_size`` is fitted to a small
+    file here (:func:`~contrastive_rlvr.data.split_for`; the result's ``heldout_note``
+    says so); the split holds the size used."""
+    from ..data import split_for, split_heldout
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
@@ -197,6 +203,12 @@ def preflight(config: Any) -> PreflightResult:
     check_push_to_hub(config)
     check_quantization(config)
     check_optional_packages(config)
+    if config.merge_adapter and not config.use_peft:
+        raise UserError(
+            "merge_adapter=true merges a LoRA adapter, but this run trains none: set "
+            "use_peft=true (or pass peft_config to RLVRTrainer in a script), or drop "
+            "merge_adapter"
+        )
     result = PreflightResult()
     if config.model == "embedded":  # its task and reward come with it (checked by the config)
         return result
@@ -216,12 +228,24 @@ def preflight(config: Any) -> PreflightResult:
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"dataset={config.dataset!r} cannot be read: {err}") from err
     # The held-out split is by problem: rows repeating a prompt stay on one side.
-    split = split_heldout(prompts.dataset.shuffle(seed=config.seed), config.heldout_size)
+    needed = config.generation_batch_size // config.num_generations if training else 1
+    shuffled = prompts.dataset.shuffle(seed=config.seed)
+    split, size, result.heldout_note = split_for(shuffled, config.heldout_size, needed)
+    if not split.train and not training:  # premise: every prompt may be measured
+        split, size = split_heldout(shuffled, 0), 0
+        result.heldout_note = "premise: every prompt measured (no held-out split)"
     if not split.train:
         distinct = f", {split.problems} distinct prompts" if split.repeats else ""
         raise UserError(
-            f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
-            f"({len(prompts.dataset)} rows{distinct}); lower heldout_size"
+            f"heldout_size={size} leaves no training rows in {config.dataset} "
+            f"({len(prompts.dataset)} rows{distinct}); lower heldout_size (0: no held-out "
+            "scoring)"
+        )
+    strategy = str(getattr(config.eval_strategy, "value", config.eval_strategy))
+    if size == 0 and strategy != "no":
+        raise UserError(
+            f"eval_strategy={strategy} evaluates on the held-out rows, but "
+            "heldout_size=0 holds none out; set heldout_size above 0, or eval_strategy=no"
         )
     result.prompts, result.split = prompts, split
     reading = reading_options(config)
@@ -241,14 +265,13 @@ def preflight(config: Any) -> PreflightResult:
             )
     # TRL's sampler draws whole batches of distinct prompts and drops a partial one: with
     # fewer training rows than one batch needs, the run would train 0 steps.
-    needed = config.generation_batch_size // config.num_generations
     rows = len(split.train)
-    if rows < needed:
+    if training and rows < needed:
         raise UserError(
             f"dataset={config.dataset!r} leaves {rows} training rows after heldout_size="
-            f"{config.heldout_size}, fewer than the {needed} distinct prompts one generation "
+            f"{size}, fewer than the {needed} distinct prompts one generation "
             f"batch needs (generation_batch_size={config.generation_batch_size} / "
-            f"num_generations={config.num_generations}): add rows, or lower heldout_size or "
-            "the batch size"
+            f"num_generations={config.num_generations}): add rows, or lower heldout_size (0: "
+            "no held-out scoring) or the batch size"
         )
     return result

@@ -1,16 +1,9 @@
 """``RLVRTrainer``: TRL's GRPOTrainer running the recipes with BiCC, RCC, VeriGate, ReCo, OC-GRPO.
 
 TRL brings generation, accelerate/DeepSpeed, PEFT, logging and checkpoints. This class keeps
-only the TRL hooks it overrides (private API of the pinned TRL, each covered by
-``tests/trainer/test_trl_hooks.py``) and hands the work to the stage pipeline (:mod:`.stages`)
-and the loss (:mod:`.loss`), both built once from the config (docs/architecture.md):
-``_calculate_rewards`` keeps the per-function rewards; ``_generate_and_score_completions`` runs
-the stages after TRL's scoring, each timed as ``timing_s/<stage>``; ``_prepare_inputs``
-shuffles whole groups (ConSPO needs them); ``_get_per_token_logps_and_entropies`` encodes each
-repeated prompt once and counts the loss's tokens (:class:`.PromptSharing`);
-``_get_train_sampler`` resumes exact past an epoch (:class:`.epoch_sampler.EpochAlignedResume`);
-``_save_checkpoint`` finishes a checkpoint Ctrl-C interrupts (:class:`.WholeCheckpoints`);
-``_compute_loss`` runs the loss (TRL's for its recipes), counting and skipping a non-finite one.
+only the TRL hooks it overrides (each covered by ``tests/trainer/test_trl_hooks.py``) and hands
+the work to the stages (:mod:`.stages`) and the loss (:mod:`.loss`), built once from the config
+(docs/architecture.md lists the hooks and what each does).
 """
 
 from __future__ import annotations
@@ -33,9 +26,10 @@ from .epoch_sampler import EpochAlignedResume
 from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, TransferProbe, build_loss
-from .model_card import ProjectModelCard, load_named_model, record_base_model
+from .model_card import load_named_model, record_base_model
 from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
+from .script_api import ScriptSaving, check_script_inputs, document_trls_arguments
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
 from .trl_settings import effective_recipe
@@ -43,8 +37,10 @@ from .trl_settings import effective_recipe
 silence_known_warnings()
 
 
-class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
-    """``trl.GRPOTrainer``'s arguments, ``args`` an :class:`RLVRConfig` (module docstring)."""
+@document_trls_arguments  # help(): TRL's parameters and text (script_api.py)
+class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTrainer):
+    """TRL's ``GRPOTrainer`` running this project's recipes and methods (BiCC, RCC, ...),
+    set by ``args``, an :class:`RLVRConfig`; takes ``GRPOTrainer``'s arguments."""
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: RLVRConfig | None = None, *rest: Any,
@@ -55,6 +51,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
         if not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs an RLVRConfig, got {type(args).__name__}")
+        name = model  # what the user called the model, for the messages
         model = load_named_model(model, args, rest, kwargs)
         fns = guard_rewards(
             with_overlong_penalty(reward_funcs or [], args),
@@ -101,6 +98,7 @@ class RLVRTrainer(ProjectModelCard, WholeCheckpoints, EpochAlignedResume, GRPOTr
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
+        check_script_inputs(self, adapter, name)  # merge_adapter, chat templates
 
     # ------------------------------------------------------------------ shared plumbing
 

@@ -26,7 +26,6 @@ from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
 from .guards import AllUpdatesSkipped, NoTrainingSteps
-from .model_card import MERGED_DIR, save_merged
 from .model_options import peft_config_of
 from .output_plan import at_last_step, plan_output_dir
 from .preflight import PreflightResult, preflight
@@ -65,8 +64,11 @@ def _distributed_state(config: RLVRConfig):
 
 
 def _on_main(state: Any, evaluate: Any, model: Any, label: str) -> Any:
-    """The held-out evaluation once, on the main process; every process gets its value.
-    ``label`` (before, after) names the file of its samples."""
+    """The held-out evaluation once, on the main process; every process gets its value
+    (None without held-out scoring: ``heldout_size=0``). ``label`` (before, after) names
+    the file of its samples."""
+    if evaluate is None:
+        return None
     value = evaluate(model, label=label) if state.is_main_process else None
     if state.num_processes > 1:
         from accelerate.utils import broadcast_object_list
@@ -148,6 +150,9 @@ def _train_locked(
         callbacks=extra_callbacks,
         peft_config=peft_config_of(config),
     )  # the project's callbacks (guards, metrics.jsonl, diagnostics) come with it
+    # The held-out scoring of the user's data writes samples/ (the learning-signal
+    # warnings point there); the embedded task's generated held-out set writes none.
+    trainer.writes_heldout_samples = parts["evaluate"] is not None and config.model != "embedded"
     # The rich bar replaces HF's tqdm bar and its printing of every log dict.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
@@ -166,11 +171,9 @@ def _train_locked(
     # The final model (or adapter) in output_dir, as a TRL script's trainer.save_model does,
     # whatever save_strategy is; with push_to_hub, save_model uploads it with the card.
     trainer.create_model_card()
-    trainer.save_model(str(out))
+    trainer.save_model(str(out))  # with merge_adapter, the merged model too (RLVRTrainer's)
     if trainer.accelerator.is_main_process:
         absolute_adapter_base(out)  # an adapter names its base by an absolute path
-    if config.merge_adapter and trainer.accelerator.is_main_process:
-        save_merged(trainer, out / MERGED_DIR)
     after = _on_main(state, parts["evaluate"], trainer.model, "after")
     # Steps of this process's training (a resumed run counts from its checkpoint).
     first = int(resume.rsplit("-", 1)[1]) if resume else 0

