@@ -99,8 +99,10 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
     at = list(cfg).index("dataset") + 1  # the field mapping right after the dataset
     cfg = dict([*list(cfg.items())[:at], *DATA_FIELDS.items(), *list(cfg.items())[at:]])
     cfg["bicc"], cfg["rcc"] = addition == "bicc", addition == "rcc"
-    if addition != "bicc":
-        for key in ("bicc_context_ratio", "bicc_ratio_mode"):
+    if addition == "bicc":  # the paper's form, not the library's default (docs/bicc.md)
+        cfg.update(bicc_form="conditioned", bicc_mix=1.0, bicc_ratio_mode="paper")
+    else:
+        for key in ("bicc_context_ratio", "bicc_form"):
             cfg.pop(key)
     if addition != "rcc":
         for key in ("rcc_coef", "rcc_delta"):
@@ -145,6 +147,9 @@ def verl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
     loss = actor["policy_loss"]
     loss["loss_mode"] = f"crlvr_{method}"
     loss["bicc"] = addition == "bicc"
+    # The paper's form, not the library's default (docs/bicc.md).
+    loss.pop("bicc_distill_weight", None)
+    loss["bicc_form"], loss["bicc_ratio_mode"] = "conditioned", "paper"
     if method == "dapo":
         actor["clip_ratio_high"] = 0.28
         actor["loss_agg_mode"] = "token-mean"

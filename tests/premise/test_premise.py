@@ -145,7 +145,7 @@ def test_a_model_that_reads_the_context_as_bicc_assumes_shows_the_premise():
     )
     assert "PREMISE SHOWN" in format_table(result)
     # The verdict answers which form to run: the distill form where the premise holds.
-    assert "--bicc_form distill" in format_table(result)
+    assert "--bicc true (the distill form, the default)" in format_table(result)
 
 
 def test_a_model_that_reads_the_context_backwards_is_reversed():

@@ -127,7 +127,7 @@ def test_the_settings_a_short_run_depends_on_are_printed_at_the_start(tmp_path, 
     assert "base configuration: " in result.output and "paper.yaml" in result.output
     line = next(x for x in result.output.splitlines() if x.startswith("settings: "))
     assert "warm-up 1 of 2 steps (warmup_steps 0.0333)" in line
-    assert "bicc on (bicc_form conditioned: bicc_mix 0.5, ratio paper)" in line
+    assert "bicc on (bicc_form distill: weight 0.1, rows wrong, teacher sampling)" in line
     assert "math_verify reads <answer>...</answer>, \\boxed{...}, an 'Answer: X' line or " \
         "'the answer is X' in prose" in line  # fmt: skip
     assert "held-out reward math_verify" in line

@@ -50,17 +50,18 @@ class BiCCFields:
 
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
     bicc_form: BiCCForm = field(
-        default="conditioned",
+        default="distill",
         metadata={
-            "help": "'conditioned': the loss reads each completion after its group's opposite "
-            "attempts (the paper: trains pi(.|[q;O_opp]) only); 'distill': the loss is the "
-            "recipe's on the plain prompt plus a sampled-token reverse KL towards the "
+            "help": "'distill' (the default, chosen from docs/results/bicc-forms): the loss is "
+            "the recipe's on the plain prompt plus a sampled-token reverse KL towards the "
             "conditioned model as a stop-gradient teacher, so the gradient trains the policy "
-            "that samples (docs/bicc.md, 'Does BiCC reach the policy that samples?')."
+            "that samples; 'conditioned': the loss reads each completion after its group's "
+            "opposite attempts (the paper's form, with bicc_mix and bicc_ratio_mode: trains "
+            "pi(.|[q;O_opp]) only). docs/bicc.md, 'Does BiCC reach the policy that samples?'."
         },
     )
     bicc_distill_weight: float = field(
-        default=0.5,
+        default=0.1,
         metadata={
             "help": "bicc_form=distill: the loss is (1 - w) x the recipe's loss + w x the "
             "distillation term (TRL SDPO's distillation_weight), w in [0, 1]."
