@@ -102,8 +102,7 @@ def trl_recipe(model_key: str, method: str, addition: str) -> tuple[str, dict]:
     if addition == "bicc":  # the paper's form, not the library's default (docs/bicc.md)
         cfg.update(bicc_form="conditioned", bicc_mix=1.0, bicc_ratio_mode="paper")
     else:
-        for key in ("bicc_context_ratio", "bicc_form"):
-            cfg.pop(key)
+        cfg.pop("bicc_context_ratio")
     if addition != "rcc":
         for key in ("rcc_coef", "rcc_delta"):
             cfg.pop(key)

@@ -69,7 +69,7 @@ def test_the_hooks_are_the_trainers_overrides():
     }
     rows = re.findall(r"^\| `(\w+)` \| `([\w.]+)`", _section("The TRL hooks"), re.M)
     assert dict(rows) == overrides
-    assert len(overrides) == 8 and "overrides eight methods" in PAGE
+    assert len(overrides) == 10 and "overrides ten methods" in PAGE
 
 
 def _python(src: Path, *args: str) -> str:

@@ -59,7 +59,13 @@ def test_the_distill_form_keeps_its_ratio_mode_unset_on_verl():
     # (the recipe's default would make the trainer recompute old log-probs it never reads).
     cfg = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_form="distill")
     assert cfg.bicc_ratio_mode is None
-    assert CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True).bicc_ratio_mode is not None
+    conditioned = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_form="conditioned")
+    assert conditioned.bicc_ratio_mode == "paper"
+    # Unset, the form is the default, distill; a ratio mode set asks for the paper's form.
+    default = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True)
+    assert (default.bicc_form, default.bicc_ratio_mode) == ("distill", None)
+    asked = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo", bicc=True, bicc_ratio_mode="consistent")
+    assert (asked.bicc_form, asked.bicc_ratio_mode) == ("conditioned", "consistent")
 
 
 def test_a_ratio_mode_with_the_distill_form_is_refused_in_one_line():

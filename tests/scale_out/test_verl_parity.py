@@ -63,6 +63,8 @@ def verl_config(recipe: str, **overrides):
         loss + "reward_threshold": SETTINGS["reward_threshold"],
         loss + "conspo_max_margin": SETTINGS["max_margin"],
         loss + "conspo_warmup": SETTINGS["margin_warmup"],
+        # the fixture's run is the paper's form (its conditioned prompts, its ratio)
+        loss + "bicc_form": "conditioned",
         **overrides,
     }
     for key, value in values.items():

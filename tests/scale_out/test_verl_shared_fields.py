@@ -71,9 +71,10 @@ def test_each_shared_field_has_the_groups_default_and_choices_on_verl():
 def test_the_defaults_of_an_unconfigured_verl_config_are_the_shared_ones():
     config = CrlvrPolicyLossConfig(loss_mode="crlvr_grpo")
     for name, (_group, f) in shared_fields().items():
-        if name != "bicc_ratio_mode":  # resolved from the recipe (tests/scale_out/..._defaults)
+        # resolved: the ratio mode from the recipe, the form to its default
+        if name not in ("bicc_ratio_mode", "bicc_form"):
             assert getattr(config, name) == default_of(f), name
-    assert config.bicc_ratio_mode == "paper"
+    assert config.bicc_ratio_mode == "paper" and config.bicc_form == "distill"
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,14 @@ VERL_POLICY_LOSS_CONFIG = "verl.workers.config.PolicyLossConfig"
 
 @pytest.fixture(scope="module")
 def recipes():
-    return {name: compose_recipe(name) for name in ("grpo_bicc_rcc", "conspo_rcc")}
+    """The shipped recipes; the BiCC one with the paper's form, whose conditioned rows go
+    through the actor (the token limits, balancing and ratio modes tested here; the
+    default distill form's driver is tests/scale_out/test_verl_distill.py's)."""
+    grpo = with_overrides(
+        compose_recipe("grpo_bicc_rcc"),
+        **{"actor_rollout_ref.actor.policy_loss.bicc_form": "conditioned"},
+    )
+    return {"grpo_bicc_rcc": grpo, "conspo_rcc": compose_recipe("conspo_rcc")}
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -108,6 +115,10 @@ class FakeTokenizer:
 
 
 def make_trainer(cfg, monkeypatch, rows, **crlvr):
+    # This module tests the paper's form's driver (the distill form's:
+    # tests/scale_out/test_verl_distill.py): the form unless a test names one.
+    if crlvr.get("bicc") and "bicc_form" not in crlvr:
+        crlvr["bicc_form"] = "conditioned"
     trainer = object.__new__(CrlvrTrainer)
     trainer.config = cfg
     trainer.crlvr = CrlvrPolicyLossConfig(**crlvr)

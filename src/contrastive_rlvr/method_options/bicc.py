@@ -49,10 +49,12 @@ class BiCCFields:
     opposite-outcome completions."""
 
     bicc: bool = field(default=False, metadata={"help": "Bilateral Context Conditioning on/off."})
-    bicc_form: BiCCForm = field(
-        default="distill",
+    bicc_form: BiCCForm | None = field(
+        default=None,
         metadata={
-            "help": "'distill' (the default, chosen from docs/results/bicc-forms): the loss is "
+            "help": "Unset: 'distill', or 'conditioned' when an option of the paper's form is "
+            "set (bicc_ratio_mode, or bicc_mix below 1); the start line says which ran. "
+            "'distill' (the default, chosen from docs/results/bicc-forms): the loss is "
             "the recipe's on the plain prompt plus a sampled-token reverse KL towards the "
             "conditioned model as a stop-gradient teacher, so the gradient trains the policy "
             "that samples; 'conditioned': the loss reads each completion after its group's "
@@ -213,8 +215,19 @@ class BiCCFields:
         """The BiCC framing text as set by the ``bicc_*`` template fields."""
         return BiCCTemplate.from_fields(self)
 
+    def resolve_bicc_form(self) -> None:
+        """An unset ``bicc_form`` becomes ``distill`` (the default, docs/bicc.md), or
+        ``conditioned`` when an option only the paper's form reads is set (a ratio mode,
+        ``bicc_mix`` below 1): setting one asks for that form, so it is honoured, not
+        refused. A form set by hand is kept."""
+        if self.bicc_form is None:
+            paper = self.bicc_ratio_mode is not None or self.bicc_mix != 1.0
+            object.__setattr__(self, "bicc_form", "conditioned" if paper else "distill")
+
     def check_bicc_fields(self, where: str = "") -> None:
-        """Refuse an invalid value of these fields, naming it (``where`` + the field's name)."""
+        """Refuse an invalid value of these fields, naming it (``where`` + the field's name);
+        an unset ``bicc_form`` is resolved first (:meth:`resolve_bicc_form`)."""
+        self.resolve_bicc_form()
         try:
             BiCCTemplate.from_fields(self)  # checks the framing text (its {index} field)
         except ValueError as err:
@@ -250,15 +263,16 @@ class BiCCFields:
                 self.bicc_mix == 1.0,
                 where + "bicc_mix",
                 self.bicc_mix,
-                "is read only with bicc_form=conditioned; with bicc_form=distill use "
-                "bicc_distill_weight",
+                "is read only by the paper's form: set bicc_form=conditioned (or leave "
+                "bicc_form unset), or use bicc_distill_weight with bicc_form=distill",
             )
             check(
                 self.bicc_ratio_mode is None,
                 where + "bicc_ratio_mode",
                 self.bicc_ratio_mode,
-                "is read only with bicc_form=conditioned (the distill form's loss reads the "
-                "plain prompt); leave it unset",
+                "is read only by the paper's form (the distill form's loss reads the plain "
+                "prompt): set bicc_form=conditioned (or leave bicc_form unset), or leave the "
+                "ratio mode unset",
             )
         check(
             0.0 < self.bicc_context_ratio < 1.0,
