@@ -79,7 +79,9 @@ def test_registered_recipe_reaches_every_reader(my_recipe) -> None:
     # verl's config takes the same default through bicc_defaults
     assert default_bicc_ratio_mode("my_grpo") == "consistent"
 
-    cfg = parse_config(None, ["--recipe", "my_grpo", "--bicc", "true", "--bicc_mix", "1.0"])
+    cfg = parse_config(
+        None, ["--recipe", "my_grpo", "--bicc", "true", "--bicc_form", "conditioned"]
+    )
     assert cfg.bicc_ratio_mode == "consistent"
     assert uses_trl_loss(cfg)
 

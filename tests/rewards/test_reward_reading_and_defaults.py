@@ -102,10 +102,19 @@ def test_heldout_reward_is_an_option_and_never_a_format_reward_by_default():
 # -- one set of defaults ----------------------------------------------------------------
 
 
-def test_every_cli_entry_point_runs_the_same_bicc_mix():
+def test_every_entry_point_runs_the_same_bicc_default():
+    from contrastive_rlvr.trainer import RLVRConfig
+
     embedded = parse_config(None, ["--bicc", "true"])
     user_model = parse_config(None, ["--model", "m", "--dataset", "d.jsonl", "--bicc", "true"])
-    assert embedded.bicc_mix == user_model.bicc_mix == 0.5
+    root = Path(__file__).resolve().parents[2]
+    recipe = parse_config(
+        str(root / "recipes" / "trl" / "grpo_bicc_rcc.yaml"),
+        ["--bf16", "false", "--use_vllm", "false"],
+    )
+    python = RLVRConfig(output_dir="x", bicc=True, use_cpu=True)
+    for cfg in (embedded, user_model, recipe, python):
+        assert (cfg.bicc_form, cfg.bicc_distill_weight, cfg.bicc_mix) == ("distill", 0.1, 1.0)
 
 
 @pytest.mark.parametrize(("max_steps", "warmup"), [(2, 1), (20, 1), (60, 2), (3000, 100)])

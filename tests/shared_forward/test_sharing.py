@@ -56,7 +56,10 @@ def test_conditioned_prompts_share_with_trl_values_and_gradients(
     model_dir, tmp_path, checkpointing
 ):
     trainer = make_trainer(
-        model_dir, make_config(tmp_path, bicc=True, gradient_checkpointing=checkpointing)
+        model_dir,
+        make_config(
+            tmp_path, bicc=True, bicc_form="conditioned", gradient_checkpointing=checkpointing
+        ),
     )
     assert trainer.model.config._attn_implementation == SPLIT_ATTENTION
     assert trainer.prompt_sharing.prepare(trainer.model, "policy") == "packed"
@@ -94,7 +97,7 @@ def test_conditioned_prompts_share_with_trl_values_and_gradients(
 
 def test_plain_prompts_run_per_row_unless_asked(model_dir, tmp_path, monkeypatch):
     ids, mask, c = repeated_batch(1)
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True))
+    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned"))
     monkeypatch.setattr(sharing_module, "packed_prefix_forward", None)  # would raise if called
     with torch.no_grad():
         got = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, c)[0]
@@ -115,7 +118,9 @@ def test_additions_off_leave_the_model_as_trl_built_it(model_dir, tmp_path):
     trainer = make_trainer(model_dir, make_config(tmp_path))
     assert not trainer.prompt_sharing.active
     assert trainer.model.config._attn_implementation == "sdpa"
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, share_prefix=False))
+    trainer = make_trainer(
+        model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned", share_prefix=False)
+    )
     assert trainer.model.config._attn_implementation == "sdpa"
 
 
@@ -123,7 +128,7 @@ def test_saved_checkpoint_loads_without_the_split_attention(model_dir, tmp_path)
     # The switch is a run-time setting: a checkpoint must load anywhere.
     from transformers import AutoModelForCausalLM
 
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True))
+    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned"))
     trainer.save_model(str(tmp_path / "saved"))
     config = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert SPLIT_ATTENTION not in json.dumps(config)
@@ -156,7 +161,7 @@ def test_fallbacks_are_chosen_and_logged(monkeypatch, caplog):
 
 def test_cache_form_runs_where_it_can_and_never_for_entropies(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(sharing_module, "supports_packed_prefix", lambda model: (False, "test"))
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True))
+    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned"))
     assert trainer.model.config._attn_implementation == "sdpa"  # not switched
     ids, mask, c = repeated_batch(2)
     valid = mask[:, -c:].bool()
@@ -181,7 +186,9 @@ def test_cache_form_runs_where_it_can_and_never_for_entropies(model_dir, tmp_pat
 def test_trl_routed_bicc_loss_is_unchanged_by_sharing(model_dir, tmp_path, monkeypatch):
     # The TRL loss with BiCC: one generation batch, the loss and gradients with the shared
     # forward and with TRL's per-row forward.
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, bicc_mix=1.0))
+    trainer = make_trainer(
+        model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned", bicc_mix=1.0)
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by TRL's training loop
     batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))

@@ -203,6 +203,7 @@ def test_config_to_stage_on_smollm2s_chat_template(tmp_path):
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     cfg = RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=2, bicc=True,
+        bicc_form="conditioned",
         log_delta=False, beta=0.0, max_completion_length=64,
     )  # fmt: skip
     assert cfg.bicc_placement == "auto"
@@ -242,7 +243,7 @@ def test_paper_mode_kl_reference_is_an_option(tmp_path, kl_reference, expected):
     from contrastive_rlvr.trainer.stages.build import RunFacts, _conditioned_prompts
 
     cfg = RLVRConfig(
-        output_dir=str(tmp_path), report_to="none", bicc=True, beta=0.04,
+        output_dir=str(tmp_path), report_to="none", bicc=True, bicc_form="conditioned", beta=0.04,
         bicc_ratio_mode="paper", bicc_kl_reference=kl_reference,
     )  # fmt: skip
     assert RLVRConfig(output_dir=str(tmp_path), report_to="none").bicc_kl_reference == (

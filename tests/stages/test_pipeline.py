@@ -51,8 +51,10 @@ def test_each_switch_adds_its_stage(tmp_path):
     assert names(tmp_path) == (base, base)
     train, _ = names(tmp_path, has_reference=True, rcc=True)
     assert train == ["rewards", "logprobs", "advantages", "diagnostics"]
-    train, _ = names(tmp_path, bicc=True)  # paper ratio: the plain old log-probs
+    train, _ = names(tmp_path, bicc=True, bicc_form="conditioned")  # paper ratio: plain pi_old
     assert train == ["rewards", "logprobs", "advantages", "conditioned_prompts", "diagnostics"]
+    train, _ = names(tmp_path, bicc=True)  # the default form: the teacher's stage
+    assert train == ["rewards", "advantages", "teacher_prompts", "diagnostics"]
     train, _ = names(tmp_path, verigate=True)
     assert train == ["rewards", "advantages", "process_advantages", "diagnostics"]
     train, _ = names(tmp_path, reco=True)

@@ -111,7 +111,7 @@ def test_distill_loss_equals_sdpo_on_the_same_batch(tmp_path, weight):
 def test_the_config_builds_the_distill_loss_on_the_plain_prompt(tmp_path):
     loss = build_loss(config(tmp_path, bicc=True, bicc_form="distill"), get_recipe("grpo"))
     assert isinstance(loss, DistillLoss) and not loss.logps.conditioned
-    assert loss.weight == 0.5  # the field's default
+    assert loss.weight == 0.1  # the field's default
 
 
 @pytest.mark.parametrize(

@@ -53,9 +53,12 @@ def test_every_recipe_has_a_default_and_the_docs_table_states_it():
 
 @pytest.mark.parametrize("recipe", sorted(EXPECTED))
 def test_unset_mode_takes_the_recipes_default(recipe):
-    # the embedded default (whose YAML leaves the mode unset), with BiCC on
-    cfg = parse_config(None, ["--recipe", recipe])
+    # the embedded default (whose YAML leaves the mode unset), with the paper's form
+    cfg = parse_config(None, ["--recipe", recipe, "--bicc_form", "conditioned"])
     assert cfg.bicc and cfg.bicc_ratio_mode == EXPECTED[recipe]
+    # the default form (distill) reads no ratio mode: none is resolved
+    default = parse_config(None, ["--recipe", recipe])
+    assert (default.bicc_form, default.bicc_ratio_mode) == ("distill", None)
 
 
 @pytest.mark.parametrize("recipe", sorted(EXPECTED))
@@ -73,7 +76,7 @@ def test_a_config_file_setting_wins_too(tmp_path):
     base.write_text(yaml.safe_dump({**embedded, "bicc_ratio_mode": "paper"}))
     assert parse_config(str(base), ["--recipe", "conspo"]).bicc_ratio_mode == "paper"
     # and the recorded config.yaml of a run, read back as a config, gives the same mode
-    cfg = parse_config(None, ["--recipe", "conspo"])
+    cfg = parse_config(None, ["--recipe", "conspo", "--bicc_form", "conditioned"])
     save_resolved_config(cfg, tmp_path / "config.yaml")
     recorded = yaml.safe_load((tmp_path / "config.yaml").read_text())["bicc_ratio_mode"]
     assert recorded == EXPECTED["conspo"]

@@ -105,11 +105,13 @@ def test_cli_reports_a_bad_value_without_a_traceback(tmp_path):
 
 
 def test_conspo_takes_the_embedded_bicc_mix():
-    # The embedded YAML sets bicc: true and bicc_mix 0.5; ConSPO takes it (the mix is
-    # defined for every recipe, tests/trainer/test_loss.py), with BiCC on or off.
+    # The mix is defined for every recipe (tests/trainer/test_loss.py): ConSPO takes it,
+    # which selects the paper's form; the embedded YAML's BiCC is the default form.
     assert config(recipe="conspo", bicc_mix=0.5).bicc_mix == 0.5
-    cfg = parse_config(None, ["--recipe", "conspo"])
+    cfg = parse_config(None, ["--recipe", "conspo", "--bicc_mix", "0.5"])
     assert cfg.recipe == "conspo" and cfg.bicc is True and cfg.bicc_mix == 0.5
+    assert cfg.bicc_form == "conditioned"
+    assert parse_config(None, ["--recipe", "conspo"]).bicc_form == "distill"
     cfg = parse_config(None, ["--recipe", "conspo", "--bicc", "false"])
     assert cfg.bicc is False
     with pytest.raises(ValueError, match="bicc_mix=1.5 is invalid"):

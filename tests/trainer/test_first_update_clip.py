@@ -60,9 +60,10 @@ def _run(tmp_path: Path, warm_start: Path, *flags: str) -> list[dict]:
 
 
 def test_project_loss_route_logs_its_clip_frac_of_step_one_only(tmp_path, warm_start):
-    # bicc_mix 0.5 (the embedded default): the project's mixed loss, paper ratio mode,
+    # bicc_mix 0.5 (the paper's form, half the loss on the plain prompts): the project's
+    # mixed loss, paper ratio mode,
     # logged under TRL's name (one key per quantity whichever loss computed it)
-    lines = _run(tmp_path, warm_start, "--bicc_ratio_mode", "paper")
+    lines = _run(tmp_path, warm_start, "--bicc_mix", "0.5", "--bicc_ratio_mode", "paper")
     assert "clip/frac" not in lines[0] and "loss/policy" in lines[0]
     assert lines[0][KEY] == pytest.approx(lines[0]["clip_ratio/region_mean"])
     assert lines[0][KEY] > 0  # paper mode: pi(o|[q;O]) / pi_old(o|q) != 1 on-policy

@@ -43,12 +43,16 @@ def test_the_config_picks_the_pass_and_the_objective(tmp_path):
         loss = build_loss(config(tmp_path, recipe=recipe), get_recipe(recipe))
         assert isinstance(loss, TRLLoss) and loss.name == name and not loss.conditioned
         assert loss.logps.keys == ("prompt_ids", "prompt_mask")
-    conditioned = build_loss(config(tmp_path, bicc=True), get_recipe("grpo"))
+    conditioned = build_loss(
+        config(tmp_path, bicc=True, bicc_form="conditioned"), get_recipe("grpo")
+    )
     assert conditioned.conditioned and conditioned.logps.keys[0] == "bicc_prompt_ids"
     # The others run the project's loss.
     loss = build_loss(config(tmp_path, recipe="gmpo"), get_recipe("gmpo"))
     assert loss.name == "gmpo" and loss.logps.keys == ("prompt_ids", "prompt_mask")
-    loss = build_loss(config(tmp_path, recipe="gmpo", bicc=True), get_recipe("gmpo"))
+    loss = build_loss(
+        config(tmp_path, recipe="gmpo", bicc=True, bicc_form="conditioned"), get_recipe("gmpo")
+    )
     assert loss.logps.keys == ("bicc_prompt_ids", "bicc_prompt_mask") and loss.logps.conditioned
     assert isinstance(build_loss(config(tmp_path, bicc=True, bicc_mix=0.5), get_recipe("grpo")),
                       MixedLoss)  # fmt: skip

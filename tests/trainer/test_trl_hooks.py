@@ -199,7 +199,7 @@ def test_nonfinite_loss_skips_the_update_and_training_goes_on(model_dir, tmp_pat
 
 
 def test_bicc_mix_averages_conditioned_and_plain_losses(model_dir, tmp_path):
-    config = make_config(tmp_path, bicc=True, bicc_mix=0.25, beta=0.0)
+    config = make_config(tmp_path, bicc=True, bicc_form="conditioned", bicc_mix=0.25, beta=0.0)
     trainer = make_trainer(model_dir, config)
     trainer.current_gradient_accumulation_steps = 1
     trainer._step = 0
@@ -223,7 +223,9 @@ def test_bicc_mix_averages_conditioned_and_plain_losses(model_dir, tmp_path):
 
 
 def test_generation_batch_runs_the_stage_pipeline_with_timings(model_dir, tmp_path):
-    trainer = make_trainer(model_dir, make_config(tmp_path, bicc=True, rcc=True))
+    trainer = make_trainer(
+        model_dir, make_config(tmp_path, bicc=True, bicc_form="conditioned", rcc=True)
+    )
     assert trainer.pipelines["train"].names == [
         "rewards",
         "logprobs",
@@ -255,7 +257,7 @@ def test_the_trainer_stays_thin():
     "overrides, route",
     [
         (dict(recipe="grpo"), "trl"),
-        (dict(recipe="gspo", bicc=True, bicc_mix=1.0, rcc=True), "trl"),
+        (dict(recipe="gspo", bicc=True, bicc_form="conditioned", rcc=True), "trl"),
         (dict(recipe="gmpo"), "project"),
         (dict(recipe="grpo", bicc=True, bicc_mix=0.5), "project"),
     ],

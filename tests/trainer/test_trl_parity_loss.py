@@ -154,7 +154,7 @@ def test_tool_tokens_are_masked_as_in_the_core(model_dir, tmp_path):
 
 
 def test_bicc_conditioned_prompt_is_what_trl_reads(model_dir, tmp_path):
-    trainer = build(model_dir, tmp_path, recipe="grpo", bicc=True, bicc_mix=1.0)
+    trainer = build(model_dir, tmp_path, recipe="grpo", bicc=True, bicc_form="conditioned")
     inputs = micro_batch(trainer)
     g = torch.Generator().manual_seed(1)
     inputs["bicc_prompt_ids"] = torch.randint(
