@@ -236,3 +236,14 @@ def test_without_gradient_the_distill_loss_is_the_recipes(tmp_path):
     assert float(out) == 0.25
     with pytest.raises(RuntimeError, match="made no plain forward"):
         loss(None, inputs, LossContext(logps=None, group_size=1))
+
+
+def test_a_distill_option_with_the_paper_form_is_refused(tmp_path):
+    # The paper's form reads none of the distill options: a value set away from its
+    # default would be ignored, so it is refused in one line naming it.
+    with pytest.raises(UserError, match="bicc_distill_weight=0.5 is invalid: is read only by"):
+        config(tmp_path, bicc=True, bicc_form="conditioned", bicc_distill_weight=0.5)
+    with pytest.raises(UserError, match="bicc_teacher='reference'"):
+        config(tmp_path, bicc=True, bicc_ratio_mode="paper", bicc_teacher="reference")
+    # at their defaults they are no setting at all
+    assert config(tmp_path, bicc=True, bicc_form="conditioned").bicc_form == "conditioned"

@@ -4,7 +4,7 @@ both engines read (docs/bicc.md; verl's differences in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal
 
 from ..algorithms.bicc import (
@@ -20,6 +20,17 @@ from ..errors import UserError
 from .checks import check, check_choices
 
 _TEMPLATE = BiCCTemplate()
+#: The options only the distill form reads (refused away from their defaults otherwise).
+DISTILL_FIELDS = frozenset(
+    {
+        "bicc_distill_weight",
+        "bicc_distill_rows",
+        "bicc_teacher",
+        "bicc_distill_is_clip",
+        "bicc_distill_max_gap",
+        "bicc_distill_center",
+    }
+)
 #: The reference of the conditioned share's KL term (``bicc_kl_reference``).
 KLReference = Literal["conditioned", "plain"]
 #: What BiCC trains (``bicc_form``): the conditioned distribution (the paper) or the plain
@@ -256,6 +267,19 @@ class BiCCFields:
             self.bicc_transfer_every,
             "must be >= 0 (0: off)",
         )
+        if self.bicc and self.bicc_form == "conditioned":
+            # The distill form's options mean nothing to the paper's form: one set away from
+            # its default would be silently ignored, so it is refused.
+            for f in fields(BiCCFields):
+                if f.name in DISTILL_FIELDS and f.default is not MISSING:
+                    value = getattr(self, f.name)
+                    check(
+                        value == f.default,
+                        where + f.name,
+                        value,
+                        "is read only by bicc_form=distill; this run's form is conditioned "
+                        "(the paper's): drop it, or set bicc_form=distill",
+                    )
         if self.bicc and self.bicc_form == "distill":
             # The conditioned-loss options mean nothing here: set by hand, they would be
             # silently ignored, so they are refused.
