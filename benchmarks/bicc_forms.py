@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> None:
         out = root / name
         (out / "grpo").mkdir(parents=True, exist_ok=True)
         for part, dest in (("sft-cache", out / "sft-cache"), ("grpo/plain", out / "grpo/plain")):
-            if not dest.exists():
+            # a pretrained model (--model) has no warm start to share: no sft-cache
+            if (plain / part).exists() and not dest.exists():
                 shutil.copytree(plain / part, dest)
         rc = compare(out, "plain,bicc", args.seeds, args.max_steps, [*FORMS[name], *args.task])
         print(f"{name}: compare exit {rc} ({out}.log)", flush=True)

@@ -62,6 +62,17 @@ def test_train_options_reach_the_measurement(monkeypatch, tmp_path):
     assert "UNDETERMINED" in result.output
 
 
+def _tiny_model_and_sums(tmp_path: Path) -> tuple[Path, Path]:
+    """A random tiny Llama and 20 ``x+y=`` rows whose prompt column is named ``problem``."""
+    from trainer_utils import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    rows = [{"problem": f"{x}+{y}=", "answer": str(x + y)} for x in range(5) for y in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return model, data
+
+
 def test_top_level_help_lists_premise():
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0 and "premise" in result.output
@@ -72,12 +83,7 @@ def test_a_local_model_and_data_file_end_to_end(tmp_path):
     that marks every other completion correct (so every group is two-sided): each problem
     is measured, samples.jsonl holds each group with its rewards, and premise.json agrees
     with the table."""
-    from trainer_utils import save_tiny_model
-
-    model = save_tiny_model(tmp_path / "model")
-    data = tmp_path / "train.jsonl"
-    rows = [{"problem": f"{x}+{y}=", "answer": str(x + y)} for x in range(5) for y in range(4)]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model, data = _tiny_model_and_sums(tmp_path)
     reward = tmp_path / "alternate.py"
     reward.write_text(
         "def alternate(prompts, completions, **kwargs):\n"
@@ -106,12 +112,7 @@ def test_a_local_model_and_data_file_end_to_end(tmp_path):
 
 
 def test_rewards_that_score_nothing_are_one_line_not_undetermined(tmp_path):
-    from trainer_utils import save_tiny_model
-
-    model = save_tiny_model(tmp_path / "model")
-    data = tmp_path / "train.jsonl"
-    rows = [{"problem": f"{x}+{y}=", "answer": str(x + y)} for x in range(5) for y in range(4)]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model, data = _tiny_model_and_sums(tmp_path)
     reward = tmp_path / "silent.py"
     reward.write_text(
         "def silent(prompts, completions, **kwargs):\n    return [None] * len(completions)\n"
