@@ -141,3 +141,42 @@ def test_a_read_only_file_system_is_one_line(capsys):
     assert info.value.exit_code == 1
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "read-only (/mnt/ro/premise.json)" in err
+
+
+def _under_address_limit(limit_bytes: int, args: list[str], cwd) -> subprocess.CompletedProcess:
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "contrastive_rlvr.cli", *args],
+        preexec_fn=limit, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+    )  # fmt: skip
+
+
+def test_an_address_space_too_small_for_torch_is_refused_before_it_is_imported(tmp_path):
+    # Under ~700 MB importing torch aborts in C++ (no Python handler runs): the limit is
+    # read before any command imports it. 600 MB here; the line names it in MiB.
+    done = _under_address_limit(600 * 2**20, ["train", "--output_dir", "o"], tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: the address-space limit (ulimit -v) is 600 MiB, below the 1024 MiB importing "
+        "torch needs (under it the import aborts); raise it (ulimit -v unlimited, or the "
+        "job's memory request)"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("limit_mb", [1100, 1300, 2000])
+def test_a_real_memory_limit_is_one_line_wherever_it_is_met(tmp_path, limit_mb):
+    # Measured: under 1.1 GB a pyarrow worker thread cannot start, under 1.3 GB torch's
+    # allocator fails, under 2 GB Python raises MemoryError, some while a command's body
+    # imports TRL (before the command's own error policy): each is one line, exit 1.
+    done = _under_address_limit(limit_mb * 2**20, ["train", "--max_steps", "1",
+                                                   "--output_dir", "o"], tmp_path)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "ulimit -v" in errors[0]

@@ -20,6 +20,7 @@ from contrastive_rlvr.trainer.run_folder import (
     save_data_identity,
     save_resolved_config,
 )
+from contrastive_rlvr.trainer.run_identity import model_identity
 
 SUMMARY = {"heldout_avg@n_before": 0.25, "heldout_avg@n_after": 0.5, "eval_n": 1, "steps": 2,
            "wall_seconds": 1.0}  # fmt: skip
@@ -31,7 +32,9 @@ def inputs(tmp_path):
     save_tiny_model(tmp_path / "model")
     rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(6)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "reward.py").write_text("def r(prompts, completions, **k):\n    return [1.0] * len(completions)\n")  # noqa: E501
+    (tmp_path / "reward.py").write_text(
+        "def r(prompts, completions, **k):\n    return [1.0] * len(completions)\n"
+    )  # noqa: E501
     args = ["--model", str(tmp_path / "model"), "--dataset", str(tmp_path / "d.jsonl"),
             "--rewards", f"{tmp_path / 'reward.py'}:r", "--output_dir", str(tmp_path / "run"),
             "--heldout_size", "1", "--max_steps", "2", "--num_generations", "2",
@@ -53,7 +56,9 @@ def test_the_same_command_after_the_reward_code_changed_is_refused(inputs, monke
     forbid_model_loading(monkeypatch, "neither path loads a model")
     _finished(args, tmp_path / "run")
     assert cli(["train", *args]).exit_code == 0  # unchanged: reported as finished
-    (tmp_path / "reward.py").write_text("def r(prompts, completions, **k):\n    return [0.0] * len(completions)\n")  # noqa: E501
+    (tmp_path / "reward.py").write_text(
+        "def r(prompts, completions, **k):\n    return [0.0] * len(completions)\n"
+    )  # noqa: E501
     result = cli(["train", *args])
     one_line(result, 2, "holds a finished run of these settings, but the code of reward")
     assert "overwrite_output_dir=true" in result.output
@@ -87,7 +92,9 @@ def test_resume_after_the_reward_code_changed_is_refused(inputs, monkeypatch):
     forbid_model_loading(monkeypatch, "refused before any model loads")
     _finished(args, tmp_path / "run")
     (tmp_path / "run" / "summary.json").unlink()
-    (tmp_path / "reward.py").write_text("def r(prompts, completions, **k):\n    return [0.5] * len(completions)\n")  # noqa: E501
+    (tmp_path / "reward.py").write_text(
+        "def r(prompts, completions, **k):\n    return [0.5] * len(completions)\n"
+    )  # noqa: E501
     one_line(cli(["train", *args, "--resume", "true"]), 2, "the code of reward")
 
 
@@ -109,9 +116,7 @@ def test_resume_from_another_runs_checkpoint_is_refused(inputs, monkeypatch):
     assert "recipe: 'dapo' -> 'grpo'" in result.output
 
 
-def test_resume_from_a_checkpoint_of_another_shape_is_refused_before_the_model(
-    inputs, monkeypatch
-):
+def test_resume_from_a_checkpoint_of_another_shape_is_refused_before_the_model(inputs, monkeypatch):
     tmp_path, args = inputs
     forbid_model_loading(monkeypatch, "refused before any model loads")
     checkpoint = save_tiny_model(tmp_path / "elsewhere" / "checkpoint-1")
@@ -155,3 +160,59 @@ def test_compare_does_not_reuse_runs_after_the_reward_code_changed(tmp_path, mon
     with pytest.raises(ValueError, match="the code of reward"):
         cmp.run_compare(spec, echo=lambda _: None)
     assert calls == [0]
+
+
+def test_the_same_command_after_the_model_was_retrained_in_place_is_refused(inputs, monkeypatch):
+    # A model folder retrained in place keeps its file names and sizes: the sampled
+    # content of its weights tells it apart.
+    from safetensors.torch import load_file, save_file
+
+    tmp_path, args = inputs
+    forbid_model_loading(monkeypatch, "neither path loads a model")
+    _finished(args, tmp_path / "run")
+    weights = next((tmp_path / "model").glob("*.safetensors"))
+    size = weights.stat().st_size
+    tensors = load_file(weights)
+    save_file({k: v + 0.01 for k, v in tensors.items()}, weights, metadata={"format": "pt"})
+    assert weights.stat().st_size == size
+    result = cli(["train", *args])
+    one_line(result, 2, "but the model's files changed (weights_sampled differ)")
+
+
+def test_a_run_recorded_before_the_weights_were_sampled_is_compared_on_what_it_kept(tmp_path):
+    from contrastive_rlvr.trainer.run_identity import identity_differences
+
+    save_tiny_model(tmp_path / "model")
+    now = {"rewards": {}, "model": model_identity(str(tmp_path / "model"))}
+    old = {"rewards": {}, "model": {k: v for k, v in now["model"].items()
+                                    if k != "weights_sampled"}}  # fmt: skip
+    assert identity_differences(old, now) is None
+    old["model"]["weights"] = {name: size + 1 for name, size in old["model"]["weights"].items()}
+    assert identity_differences(old, now) == "the model's files changed (weights differ)"
+
+
+def test_the_sampled_hash_reads_the_head_and_64_evenly_spaced_regions(tmp_path):
+    # A 9 MiB file (9216 KiB): the head is [0, 1024) KiB; region i of 64 KiB starts at
+    # 1024 + 8128 * i / 63 KiB (8128 = 9216 - 1024 - 64), i.e. every 129.02 KiB: region 0
+    # is [1024, 1088), region 1 starts at 1153.0, region 31 is [5023.5, 5087.5), region 63
+    # is [9152, 9216), the file's end. A byte at 1124 KiB or at 5120 KiB lies in a gap.
+    from contrastive_rlvr.trainer import run_identity as ri
+
+    path = tmp_path / "w.safetensors"
+    data = bytearray(9 << 20)
+    path.write_bytes(data)
+    base = ri.sampled_sha256(path)
+    kib = 1 << 10
+    cases = [(1124 * kib, False), (5120 * kib, False), (100, True), (1030 * kib, True),
+             (5040 * kib, True), (9216 * kib - 1, True)]  # fmt: skip
+    for offset, read in cases:
+        changed = bytearray(data)
+        changed[offset] = 1
+        path.write_bytes(changed)
+        assert (ri.sampled_sha256(path) != base) is read, offset
+    # a file no longer than what is sampled is hashed whole
+    small = tmp_path / "s.bin"
+    small.write_bytes(b"ab")
+    import hashlib
+
+    assert ri.sampled_sha256(small) == hashlib.sha256(b"ab" + b"2").hexdigest()

@@ -11,8 +11,11 @@ what changed. Every path that reuses a run checks it: the same command again
 
 What is hashed is cheap: reward files and modules (their source), a dataset folder's files
 (names, sizes and SHA-256, as a dataset file's content is), a model folder's
-``config.json`` / ``adapter_config.json`` and the sizes of its weight files (the weights
-themselves can be many GB; a retrained model of the same shape and size is not told apart).
+``config.json`` / ``adapter_config.json``, the sizes of its weight files and a SHA-256 of
+samples of each (its first MiB, which holds a safetensors header, and 64 regions of 64 KiB
+spread evenly over the rest: 5 MiB read of a file of any size, where the weights can be
+many GB). A model retrained in place changes nearly every weight, so it changes the
+samples; a change that misses all 65 sampled regions is not told apart.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: A model folder's files read whole into the identity; weights are recorded by size.
+#: A model folder's files read whole into the identity; weights are recorded by size and
+#: by samples of their content.
 _MODEL_TEXT_FILES = ("config.json", "adapter_config.json")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+#: What :func:`sampled_sha256` reads of a weight file: its head, then evenly spaced regions.
+SAMPLE_HEAD, SAMPLE_REGIONS, SAMPLE_REGION = 1 << 20, 64, 1 << 16
 
 
 def _sha256(path: Path) -> str:
@@ -33,6 +39,26 @@ def _sha256(path: Path) -> str:
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sampled_sha256(path: Path) -> str:
+    """SHA-256 of a file's first :data:`SAMPLE_HEAD` bytes, then of :data:`SAMPLE_REGIONS`
+    regions of :data:`SAMPLE_REGION` bytes starting at evenly spaced offsets over the rest
+    (the whole file when it is no longer than what is sampled), then of its size."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        if size <= SAMPLE_HEAD + SAMPLE_REGIONS * SAMPLE_REGION:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        else:
+            digest.update(f.read(SAMPLE_HEAD))
+            span = size - SAMPLE_HEAD - SAMPLE_REGION
+            for i in range(SAMPLE_REGIONS):
+                f.seek(SAMPLE_HEAD + span * i // (SAMPLE_REGIONS - 1))
+                digest.update(f.read(SAMPLE_REGION))
+    digest.update(str(size).encode())
     return digest.hexdigest()
 
 
@@ -65,8 +91,8 @@ def folder_fingerprint(folder: Path) -> str:
 
 
 def model_identity(model: str) -> dict[str, Any]:
-    """A local model folder: the SHA-256 of its config files and its weight files' sizes;
-    anything else (a Hub id, an alias): its name."""
+    """A local model folder: the SHA-256 of its config files, its weight files' sizes and
+    their :func:`sampled_sha256`; anything else (a Hub id, an alias): its name."""
     path = Path(model).expanduser()
     if not path.is_dir():
         return {"name": model}
@@ -74,11 +100,9 @@ def model_identity(model: str) -> dict[str, Any]:
     for name in _MODEL_TEXT_FILES:
         if (path / name).is_file():
             out[name] = _sha256(path / name)
-    out["weights"] = {
-        p.name: p.stat().st_size
-        for p in sorted(path.iterdir())
-        if p.is_file() and p.suffix in _WEIGHT_SUFFIXES
-    }
+    weights = [p for p in sorted(path.iterdir()) if p.is_file() and p.suffix in _WEIGHT_SUFFIXES]
+    out["weights"] = {p.name: p.stat().st_size for p in weights}
+    out["weights_sampled"] = {p.name: sampled_sha256(p) for p in weights}
     return out
 
 
@@ -108,15 +132,24 @@ def identity_differences(saved: Any, now: dict[str, Any]) -> str | None:
                            f"then, {code[:12]} now)")  # fmt: skip
     if "dataset_folder" in saved and saved.get("dataset_folder") != now.get("dataset_folder"):
         changes.append("the files of the dataset folder changed")
-    if "model" in saved and saved["model"] != now.get("model"):
+    if "model" in saved and _recorded(saved["model"], now.get("model")) != saved["model"]:
         detail = _model_change(saved["model"], now.get("model"))
         changes.append(f"the model's files changed ({detail})")
     return "; ".join(changes) or None
 
 
+def _recorded(before: Any, after: Any) -> Any:
+    """``after`` less what ``before`` did not record (a run from before the weights were
+    sampled is compared on what it kept: names, config files, sizes)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return {k: v for k, v in after.items() if k in before}
+    return after
+
+
 def _model_change(before: Any, after: Any) -> str:
     if not isinstance(before, dict) or not isinstance(after, dict):
         return "another model"
+    after = _recorded(before, after)
     names = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     return ", ".join(names) + " differ"
 
