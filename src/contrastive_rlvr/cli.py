@@ -97,14 +97,14 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
-    from .input_checks import check_cache_variables
-    from .termination import sigterm_as_sigint
-    from .trainer.guards import (
+    from .errors import (
         AllUpdatesSkipped,
         NonFiniteParametersError,
         NoTrainingSteps,
         RewardExitError,
     )
+    from .input_checks import check_cache_variables
+    from .termination import sigterm_as_sigint
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:

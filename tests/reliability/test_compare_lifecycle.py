@@ -22,8 +22,8 @@ import yaml
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.compare import launch as compare_launch
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.run_files import write_file
-from contrastive_rlvr.trainer.preflight import UserError
 
 FAKE_WORKER = Path(__file__).parents[1] / "scripts" / "compare_fake_worker.py"
 #: Far longer than any of the waits below needs; only a broken case reaches it.

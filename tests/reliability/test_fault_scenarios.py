@@ -20,19 +20,16 @@ from safetensors.torch import load_file
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr import compare as cmp
+from contrastive_rlvr.errors import NonFiniteRewardError, RewardExitError, UserError
 from contrastive_rlvr.evaluation import EvalConfig
+from contrastive_rlvr.input_checks import check_output_dir
 from contrastive_rlvr.run_files import claim
 from contrastive_rlvr.trainer.callbacks import MetricsJsonl, _shown
 from contrastive_rlvr.trainer.embedded_inputs import warm_start_problems
 from contrastive_rlvr.trainer.folder_lock import OutputDirLock
-from contrastive_rlvr.trainer.guards import (
-    GuardedReward,
-    NonFiniteRewardError,
-    RewardExitError,
-)
 from contrastive_rlvr.trainer.output_plan import plan_output_dir
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError, check_output_dir
+from contrastive_rlvr.trainer.reward_guards import GuardedReward
 from contrastive_rlvr.trainer.run import train
 from contrastive_rlvr.trainer.run_folder import (
     CONFIG_FILE,
@@ -48,7 +45,7 @@ def fake_runs(monkeypatch):
     """train() stand-in writing what a real run writes: its config.yaml and summary; a run
     with learning_rate 1e39 writes an errored summary and raises, as the real one does."""
     import contrastive_rlvr.trainer.run as run_module
-    from contrastive_rlvr.trainer.guards import AllUpdatesSkipped
+    from contrastive_rlvr.errors import AllUpdatesSkipped
 
     calls = []
 

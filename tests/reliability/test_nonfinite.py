@@ -14,17 +14,16 @@ import torch
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
-from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.callbacks import MetricsJsonl
-from contrastive_rlvr.trainer.guards import (
+from contrastive_rlvr.errors import (
     NonFiniteParametersError,
     NonFiniteRewardError,
-    NonFiniteUpdateGuard,
     RewardTypeError,
-    check_rewards,
-    guard_reward,
 )
+from contrastive_rlvr.trainer import train
+from contrastive_rlvr.trainer.callbacks import MetricsJsonl
 from contrastive_rlvr.trainer.parse import parse_config
+from contrastive_rlvr.trainer.reward_guards import check_rewards, guard_reward
+from contrastive_rlvr.trainer.update_guards import NonFiniteUpdateGuard
 
 COMPLETIONS = ["a", "b", "c"]
 
@@ -322,7 +321,7 @@ def test_run_with_the_default_stops_at_the_training_batch_naming_function_and_ro
 def test_guarded_reward_is_called_by_keyword_as_trl_calls_it():
     # TRL passes prompts=, completions=, ... by keyword; a reward that names only
     # `completions` (as TRL's own examples do) must keep working once guarded.
-    from contrastive_rlvr.trainer.guards import guard_reward
+    from contrastive_rlvr.trainer.reward_guards import guard_reward
 
     def length_reward(completions, **kwargs):
         return [float(len(c)) for c in completions]

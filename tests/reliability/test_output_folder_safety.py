@@ -11,9 +11,9 @@ import pytest
 from cli_utils import cli, one_line
 from trainer_utils import save_tiny_model
 
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.trainer.output_plan import plan_output_dir
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError
 from contrastive_rlvr.trainer.run_folder import (
     CONFIG_FILE,
     foreign_entries,

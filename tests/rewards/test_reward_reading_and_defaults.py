@@ -11,12 +11,13 @@ from trainer_utils import save_tiny_model
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.evaluation import EvalConfig
 from contrastive_rlvr.rewards import READING_FIELDS, AnswerReading, MathVerifyReward
 from contrastive_rlvr.trainer.heldout import heldout_reward_index
 from contrastive_rlvr.trainer.learning_signal import warmup_problem
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError, preflight
+from contrastive_rlvr.trainer.preflight import preflight
 from contrastive_rlvr.trainer.run_summary import settings_line
 
 GSM8K_TINY = Path(__file__).parents[1] / "fixtures" / "gsm8k_tiny.jsonl"

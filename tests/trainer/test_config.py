@@ -269,7 +269,7 @@ RANGE_CASES = [
 
 @pytest.mark.parametrize(("kwargs", "message"), RANGE_CASES)
 def test_ranges_are_checked_when_the_config_is_built(kwargs, message):
-    from contrastive_rlvr.trainer.preflight import UserError
+    from contrastive_rlvr.errors import UserError
 
     with pytest.raises(UserError) as err:
         config(**kwargs)

@@ -10,10 +10,10 @@ hand-written TRL-style script gets the same logs as ``contrastive-rlvr train``):
 from ..rewards.logging_callback import VerifierCountersCallback
 from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RunCounters
 from .config import RLVRConfig
-from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 from .rlvr_trainer import RLVRTrainer
 from .run import train
 from .training_diagnostics import TrainingDiagnostics
+from .update_guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 
 __all__ = [
     "FirstUpdateClipFraction",

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM
 
 from ..checkpoints import weights_problems
 from .config import RLVRConfig
-from .guards import guard_reward
 from .model_options import init_kwargs_as_user_error, model_load_kwargs
+from .reward_guards import guard_reward
 from .run_folder import SFT_DIR
 
 logger = logging.getLogger(__name__)

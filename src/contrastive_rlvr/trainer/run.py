@@ -19,13 +19,13 @@ import torch
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from ..checkpoints import refused_pickles_as_user_error
+from ..errors import AllUpdatesSkipped, NoTrainingSteps
 from ..logs import follow_log_level
 from ..models import is_relative_path
 from ..run_files import write_file
 from .callbacks import RichProgress
 from .config import RLVRConfig
 from .folder_lock import OutputDirLock
-from .guards import AllUpdatesSkipped, NoTrainingSteps
 from .model_options import peft_config_of
 from .output_plan import at_last_step, plan_output_dir
 from .preflight import PreflightResult, preflight
