@@ -228,7 +228,7 @@ def train(
     SFT warm start, then GRPO + BiCC + RCC), offline. Any RLVRConfig field can be
     given as --field value after the YAML, e.g. --recipe dapo --bicc false
     (`--fields` lists them)."""
-    from .trainer import train as run_training
+    from .run import train as run_training
     from .trainer.parse import config_fields, config_help, parse_config
 
     if fields or show_help:
@@ -244,7 +244,7 @@ def train(
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
     if main:
-        from .trainer.run_summary import settings_line
+        from .run.summary import settings_line
 
         typer.echo(f"base configuration: {cfg.base_config}")
         typer.echo(f"settings: {settings_line(cfg)}")

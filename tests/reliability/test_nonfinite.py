@@ -19,7 +19,7 @@ from contrastive_rlvr.errors import (
     NonFiniteRewardError,
     RewardTypeError,
 )
-from contrastive_rlvr.trainer import train
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.callbacks import MetricsJsonl
 from contrastive_rlvr.trainer.parse import parse_config
 from contrastive_rlvr.trainer.reward_guards import check_rewards, guard_reward
@@ -168,7 +168,7 @@ def test_metrics_counters_are_read_after_the_step(tmp_path):
 @pytest.fixture(scope="module")
 def warm_start(tmp_path_factory) -> Path:
     """The embedded warm start (mixed groups, so updates are not zero)."""
-    from contrastive_rlvr.trainer.run import load_run_inputs
+    from contrastive_rlvr.run.command import load_run_inputs
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("warm")

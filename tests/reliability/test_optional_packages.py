@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
 from contrastive_rlvr.errors import UserError
-from contrastive_rlvr.trainer.preflight import check_optional_packages, preflight
+from contrastive_rlvr.run.preflight import check_optional_packages, preflight
 
 
 @pytest.fixture

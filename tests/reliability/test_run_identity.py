@@ -13,13 +13,13 @@ from cli_utils import cli, one_line
 from trainer_utils import forbid_model_loading, save_tiny_model
 
 from contrastive_rlvr import compare as cmp
-from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import load_dataset_of
-from contrastive_rlvr.trainer.run_folder import (
+from contrastive_rlvr.run.folder import (
     CONFIG_FILE,
     save_data_identity,
     save_resolved_config,
 )
+from contrastive_rlvr.run.preflight import load_dataset_of
+from contrastive_rlvr.trainer.parse import parse_config
 
 SUMMARY = {"heldout_avg@n_before": 0.25, "heldout_avg@n_after": 0.5, "eval_n": 1, "steps": 2,
            "wall_seconds": 1.0}  # fmt: skip
@@ -128,7 +128,7 @@ def test_resume_from_a_checkpoint_of_another_shape_is_refused_before_the_model(
 
 
 def test_compare_does_not_reuse_runs_after_the_reward_code_changed(tmp_path, monkeypatch):
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     calls = []
 

@@ -92,7 +92,7 @@ def test_a_chat_role_refused_on_a_late_row_is_named_before_training(root, tmp_pa
     rows[2049]["prompt"].insert(0, {"role": "tool", "content": "1"})  # past the first 2000
     data = tmp_path / "chat.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_training(*a, **k):
         raise AssertionError("training started")

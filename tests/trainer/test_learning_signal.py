@@ -15,7 +15,7 @@ from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.errors import AllUpdatesSkipped
 from contrastive_rlvr.rewards import MathVerifyReward
-from contrastive_rlvr.trainer import train
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.learning_signal import LearningSignal, warmup_problem
 from contrastive_rlvr.trainer.parse import parse_config
 

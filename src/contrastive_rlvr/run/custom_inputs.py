@@ -13,11 +13,11 @@ import torch
 
 from ..errors import UserError
 from ..shared_forward.sharing import prompt_length
-from .config import RLVRConfig
+from ..trainer.config import RLVRConfig
+from ..trainer.model_options import init_kwargs_as_user_error, model_load_kwargs
+from ..trainer.reward_guards import guard_reward
 from .heldout import heldout_evaluator, heldout_reward_index
-from .model_options import init_kwargs_as_user_error, model_load_kwargs
 from .preflight import PreflightResult, load_dataset_of, preflight
-from .reward_guards import guard_reward
 
 logger = logging.getLogger(__name__)
 #: What a run says once at its start (field mapping, held-out reward): shown at the
