@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from contrastive_rlvr import compare as cmp
-from contrastive_rlvr.trainer.run_folder import SUMMARY_FILE
+from contrastive_rlvr.run.folder import SUMMARY_FILE
 
 
 def main() -> None:

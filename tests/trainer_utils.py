@@ -39,7 +39,7 @@ def forbid_model_loading(monkeypatch: Any, why: str) -> None:
     """Make any model load fail the test with ``why``: the input checks under test must
     refuse before a model is loaded."""
     import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_model(*a, **k):
         raise AssertionError(why)

@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "RLVRConfig": "contrastive_rlvr.trainer",
     "RLVRTrainer": "contrastive_rlvr.trainer",
-    "train": "contrastive_rlvr.trainer",
+    "train": "contrastive_rlvr.run",
     "load_model_and_tokenizer": "contrastive_rlvr.models",
     "model_load_kwargs": "contrastive_rlvr.trainer.model_options",
     "load_prompts": "contrastive_rlvr.data",
@@ -84,7 +84,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from .evaluation import EvalConfig, evaluate
     from .models import load_model_and_tokenizer
     from .rewards import FormatReward, GymReward, MathVerifyReward, load_gym_task, resolve_reward
-    from .trainer import RLVRConfig, RLVRTrainer, train
+    from .run import train
+    from .trainer import RLVRConfig, RLVRTrainer
     from .trainer.model_options import model_load_kwargs
 
 

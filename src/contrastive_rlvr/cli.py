@@ -117,14 +117,14 @@ def _fail(err: BaseException, code: int) -> NoReturn:
 def _run(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with the CLI's error policy: user errors exit 2, a run that
     learned nothing exits 1, Ctrl-C exits 130, anything else (a bug) keeps its traceback."""
-    from .input_checks import check_cache_variables
-    from .termination import sigterm_as_sigint
-    from .trainer.guards import (
+    from .errors import (
         AllUpdatesSkipped,
         NonFiniteParametersError,
         NoTrainingSteps,
         RewardExitError,
     )
+    from .input_checks import check_cache_variables
+    from .termination import sigterm_as_sigint
 
     on_interrupt = kwargs.pop("_on_interrupt", None)
     try:
@@ -309,7 +309,7 @@ def train(
     SFT warm start, then GRPO + BiCC + RCC), offline. Any RLVRConfig field can be
     given as --field value after the YAML, e.g. --recipe dapo --bicc false
     (`--fields` lists them)."""
-    from .trainer import train as run_training
+    from .run import train as run_training
     from .trainer.parse import config_fields, config_help, parse_config
 
     if fields or show_help:
@@ -325,7 +325,7 @@ def train(
     cfg = _run(parse_config, config, _take_debug(list(ctx.args)))
     main = os.environ.get("RANK", "0") == "0"  # torchrun: one summary, from the main process
     if main:
-        from .trainer.run_summary import settings_line
+        from .run.summary import settings_line
 
         typer.echo(f"base configuration: {cfg.base_config}")
         typer.echo(f"settings: {settings_line(cfg)}")

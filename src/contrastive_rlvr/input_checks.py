@@ -1,7 +1,7 @@
 """Checks of the paths a user gives, run before any model loads: the model (a local folder,
 a ``.gguf`` file, a cached or reachable Hub id) and the output folder.
 
-Training (:func:`contrastive_rlvr.trainer.preflight.preflight`) and evaluation
+Training (:func:`contrastive_rlvr.run.preflight.preflight`) and evaluation
 (:func:`contrastive_rlvr.evaluation.evaluate`) both run them, so they live below both.
 Each raises :class:`~contrastive_rlvr.errors.UserError` with one line naming the value and
 the fix.

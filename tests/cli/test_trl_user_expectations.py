@@ -227,7 +227,7 @@ def test_push_to_hub_uploads_the_final_model_once_at_the_end(tmp_path, monkeypat
     import transformers.trainer
     from huggingface_hub import HfApi
 
-    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.run import train
     from contrastive_rlvr.trainer.parse import parse_config
 
     hub = _FakeHub()
@@ -252,7 +252,7 @@ def test_push_to_hub_uploads_the_final_model_once_at_the_end(tmp_path, monkeypat
 
 
 def test_offline_push_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model started loading")
@@ -277,7 +277,7 @@ def test_quantization_without_bitsandbytes_is_refused_before_the_model_loads(
 ):
     import importlib.util
 
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model started loading")
@@ -459,8 +459,8 @@ PAPER_TRL = sorted((TESTS.parent / "recipes" / "paper" / "trl").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", PAPER_TRL, ids=lambda p: p.stem)
 def test_each_trl_paper_recipe_reads_dapo_math_17k_layout(tmp_path, recipe):
+    from contrastive_rlvr.run.preflight import load_dataset_of
     from contrastive_rlvr.trainer.parse import parse_config
-    from contrastive_rlvr.trainer.preflight import load_dataset_of
 
     assert "answer_field: reward_model.ground_truth" in recipe.read_text()
     stand_in = _write(tmp_path / "dapo-math-17k.parquet", dapo_rows())
@@ -511,7 +511,7 @@ def test_dapo_layout_trains_with_nested_columns_reaching_the_reward(tmp_path):
     import torch
     from inputs.test_trl_dataset_formats import _run_args, chat_model
 
-    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.run import train
     from contrastive_rlvr.trainer.parse import parse_config
 
     torch.set_num_threads(1)
@@ -562,8 +562,8 @@ def test_the_paper_recipes_reward_scores_a_dapo_style_completion(tmp_path):
     import yaml
 
     from contrastive_rlvr.rewards import resolve_reward
+    from contrastive_rlvr.run.preflight import load_dataset_of
     from contrastive_rlvr.trainer.parse import parse_config
-    from contrastive_rlvr.trainer.preflight import load_dataset_of
 
     # one completion per DAPO_PROBLEMS row (gold 7, 6, 144); the last one is wrong
     completions = ["3 + 4 = 7.\nAnswer: 7", "A hexagon has six sides.\n\n**Answer:** $6$",

@@ -14,8 +14,8 @@ from trainer_utils import make_config, make_trainer, save_tiny_model
 from contrastive_rlvr.embedded import load_char_tokenizer
 from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.premise.command import sample_groups
+from contrastive_rlvr.run.heldout import heldout_evaluator
 from contrastive_rlvr.trainer.config import sampling_settings
-from contrastive_rlvr.trainer.heldout import heldout_evaluator
 
 #: TRL's own GRPO test_train_with_generation_kwargs passes these.
 TRL_TEST_KWARGS = {"do_sample": True, "top_k": 50, "num_beams": 2, "length_penalty": -0.1}

@@ -17,8 +17,8 @@ from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 from contrastive_rlvr.evaluation import EvalConfig, evaluate
 from contrastive_rlvr.evaluation.suites import PACKAGED_DIR
 from contrastive_rlvr.generation import HFGenerator
+from contrastive_rlvr.run.command import load_run_inputs
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run import load_run_inputs
 
 torch.set_num_threads(1)
 

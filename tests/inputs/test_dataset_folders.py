@@ -10,7 +10,8 @@ from datasets import Dataset, DatasetDict
 from trainer_utils import make_config, save_tiny_model
 
 from contrastive_rlvr.data import load_prompts
-from contrastive_rlvr.trainer.preflight import UserError, preflight
+from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run.preflight import preflight
 
 
 def _rows(tag: str, n: int = 6) -> Dataset:

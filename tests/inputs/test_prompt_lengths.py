@@ -10,7 +10,7 @@ import pytest
 
 from contrastive_rlvr.embedded.tokenizer import build_char_tokenizer
 from contrastive_rlvr.errors import UserError
-from contrastive_rlvr.trainer.custom_inputs import check_prompt_lengths
+from contrastive_rlvr.run.custom_inputs import check_prompt_lengths
 
 
 def _model(positions: int):

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from contrastive_rlvr.data import load_prompts, resolve_instruction, with_instruction
 from contrastive_rlvr.generation import DEFAULT_INSTRUCTION
-from contrastive_rlvr.trainer import train
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.parse import parse_config
 
 # A small template in the char tokenizer's alphabet: every turn "<role>content\n".

@@ -19,9 +19,9 @@ def test_the_quick_start_names_import_from_the_package():
     from contrastive_rlvr import RECIPES, MathVerifyReward, RLVRConfig, RLVRTrainer, train
     from contrastive_rlvr.algorithms import registry
     from contrastive_rlvr.rewards.math_verify import MathVerifyReward as Defined
+    from contrastive_rlvr.run.command import train as defined_train
     from contrastive_rlvr.trainer.config import RLVRConfig as DefinedConfig
     from contrastive_rlvr.trainer.rlvr_trainer import RLVRTrainer as DefinedTrainer
-    from contrastive_rlvr.trainer.run import train as defined_train
 
     # the same objects as where they are defined, not copies
     assert RLVRConfig is DefinedConfig and RLVRTrainer is DefinedTrainer

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from contrastive_rlvr.models import adapter_base
-from contrastive_rlvr.trainer.run import absolute_adapter_base
+from contrastive_rlvr.run.command import absolute_adapter_base
 
 
 def _adapter(folder, base: str):

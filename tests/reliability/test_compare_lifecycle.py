@@ -22,8 +22,8 @@ import yaml
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.compare import launch as compare_launch
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.run_files import write_file
-from contrastive_rlvr.trainer.preflight import UserError
 
 FAKE_WORKER = Path(__file__).parents[1] / "scripts" / "compare_fake_worker.py"
 #: Far longer than any of the waits below needs; only a broken case reaches it.
@@ -40,9 +40,9 @@ def locking_training(monkeypatch):
     """Stand-ins for the warm start and train(): train() holds its folder's lock as the
     real one does, writes config.yaml as the real one does, waits while ``hold`` is set,
     then writes a summary."""
-    import contrastive_rlvr.trainer.run as run_module
-    from contrastive_rlvr.trainer.folder_lock import OutputDirLock
-    from contrastive_rlvr.trainer.run_folder import CONFIG_FILE, save_resolved_config
+    import contrastive_rlvr.run.command as run_module
+    from contrastive_rlvr.run.folder import CONFIG_FILE, save_resolved_config
+    from contrastive_rlvr.run.folder_lock import OutputDirLock
 
     state = {"calls": [], "hold": threading.Event(), "started": threading.Event()}
     state["go"] = threading.Event()
@@ -243,7 +243,7 @@ def test_a_folder_made_before_an_option_existed_is_reused(tmp_path, locking_trai
 
 
 def test_resume_accepts_a_config_made_before_an_option_existed():
-    from contrastive_rlvr.trainer.config_compare import config_differences
+    from contrastive_rlvr.run.config_compare import config_differences
     from contrastive_rlvr.trainer.parse import parse_config
 
     current = parse_config(None, ["--output_dir", "x"]).to_dict()

@@ -13,8 +13,8 @@ import pytest
 from cli_utils import cli, one_line
 
 from contrastive_rlvr import compare as cmp
+from contrastive_rlvr.run.folder import CONFIG_FILE, save_resolved_config
 from contrastive_rlvr.trainer import parse
-from contrastive_rlvr.trainer.run_folder import CONFIG_FILE, save_resolved_config
 
 CONFIG = "model: embedded\nlearning_rate: 0.25\nmax_steps: 2\n"
 #: 7 levels of 9 aliases each: 9**7 = 4.8 million values from under 500 bytes.
@@ -36,7 +36,7 @@ def _pipe(text: str) -> str:
 def fake_runs(monkeypatch):
     """train() stand-in: records each run's learning rate and writes its config and
     summary as a real run does."""
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     calls = []
 

@@ -13,14 +13,14 @@ from datasets import Dataset
 
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.data import file_fingerprint, load_prompts
-from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import load_dataset_of
-from contrastive_rlvr.trainer.run_folder import (
+from contrastive_rlvr.run.folder import (
     CONFIG_FILE,
     DATA_FILE,
     save_data_identity,
     save_resolved_config,
 )
+from contrastive_rlvr.run.preflight import load_dataset_of
+from contrastive_rlvr.trainer.parse import parse_config
 
 
 def _rows(answer: str, n: int = 6) -> list[dict]:
@@ -88,7 +88,7 @@ def _train_args(tmp_path: Path, data: Path) -> list[str]:
 def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
     from contrastive_rlvr.cli import app
 
     (tmp_path / "model").mkdir()
@@ -121,7 +121,7 @@ def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path, monkeypatch
 def fake_runs(monkeypatch):
     """train() stand-in that writes what a real run writes at its start and end: its
     config.yaml, data.json (from the dataset as preflight loads it) and summary.json."""
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     calls = []
 

@@ -29,7 +29,7 @@ def _no_model(*args, **kwargs):
 def guarded(monkeypatch):
     """No model can load: the embedded run inputs and HF loading both fail the test."""
     import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run
+    import contrastive_rlvr.run.command as run
 
     monkeypatch.setattr(run, "load_run_inputs", _no_model)
     monkeypatch.setattr(models, "load_model_and_tokenizer", _no_model)

@@ -20,25 +20,22 @@ from safetensors.torch import load_file
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr import compare as cmp
+from contrastive_rlvr.errors import NonFiniteRewardError, RewardExitError, UserError
 from contrastive_rlvr.evaluation import EvalConfig
-from contrastive_rlvr.run_files import claim
-from contrastive_rlvr.trainer.callbacks import MetricsJsonl, _shown
-from contrastive_rlvr.trainer.embedded_inputs import warm_start_problems
-from contrastive_rlvr.trainer.folder_lock import OutputDirLock
-from contrastive_rlvr.trainer.guards import (
-    GuardedReward,
-    NonFiniteRewardError,
-    RewardExitError,
-)
-from contrastive_rlvr.trainer.output_plan import plan_output_dir
-from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError, check_output_dir
-from contrastive_rlvr.trainer.run import train
-from contrastive_rlvr.trainer.run_folder import (
+from contrastive_rlvr.input_checks import check_output_dir
+from contrastive_rlvr.run.command import train
+from contrastive_rlvr.run.embedded_inputs import warm_start_problems
+from contrastive_rlvr.run.folder import (
     CONFIG_FILE,
     holds_run,
     save_resolved_config,
 )
+from contrastive_rlvr.run.folder_lock import OutputDirLock
+from contrastive_rlvr.run.output_plan import plan_output_dir
+from contrastive_rlvr.run_files import claim
+from contrastive_rlvr.trainer.callbacks import MetricsJsonl, _shown
+from contrastive_rlvr.trainer.parse import parse_config
+from contrastive_rlvr.trainer.reward_guards import GuardedReward
 
 # ---------------------------------------------------------------------- compare
 
@@ -47,8 +44,8 @@ from contrastive_rlvr.trainer.run_folder import (
 def fake_runs(monkeypatch):
     """train() stand-in writing what a real run writes: its config.yaml and summary; a run
     with learning_rate 1e39 writes an errored summary and raises, as the real one does."""
-    import contrastive_rlvr.trainer.run as run_module
-    from contrastive_rlvr.trainer.guards import AllUpdatesSkipped
+    import contrastive_rlvr.run.command as run_module
+    from contrastive_rlvr.errors import AllUpdatesSkipped
 
     calls = []
 
@@ -188,7 +185,7 @@ def test_progress_bar_shows_a_step_without_rewards():
 
 LOCK_HOLDER = """
 import sys, time
-from contrastive_rlvr.trainer.folder_lock import OutputDirLock
+from contrastive_rlvr.run.folder_lock import OutputDirLock
 with OutputDirLock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)
@@ -269,7 +266,7 @@ def test_weights_only_checkpoints_get_advice_that_keeps_them(tmp_path):
 
 
 def test_a_half_written_warm_start_is_rebuilt(tmp_path):
-    from contrastive_rlvr.trainer.run import load_run_inputs
+    from contrastive_rlvr.run.command import load_run_inputs
 
     cfg = parse_config(None, ["--output_dir", str(tmp_path), "--embedded_sft_steps", "2"])
     load_run_inputs(cfg, tmp_path)
@@ -357,7 +354,7 @@ def _no_model(*args, **kwargs):
 @pytest.fixture
 def guarded(monkeypatch):
     import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     monkeypatch.setattr(run_module, "load_run_inputs", _no_model)
     monkeypatch.setattr(models, "load_model_and_tokenizer", _no_model)
@@ -382,7 +379,7 @@ def test_a_yaml_of_only_max_steps_builds_its_warm_start(tmp_path, monkeypatch):
     # No reading warm start asked for: its context budget is not computed (it was 0 here,
     # and WarmStartConfig refused it before anything was built).
     import contrastive_rlvr.embedded as embedded
-    from contrastive_rlvr.trainer.run import load_run_inputs
+    from contrastive_rlvr.run.command import load_run_inputs
 
     config = tmp_path / "c.yaml"
     # A YAML of TRL fields alone must name its model (issue 18): the embedded one here.

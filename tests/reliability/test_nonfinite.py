@@ -14,17 +14,16 @@ import torch
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
-from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.callbacks import MetricsJsonl
-from contrastive_rlvr.trainer.guards import (
+from contrastive_rlvr.errors import (
     NonFiniteParametersError,
     NonFiniteRewardError,
-    NonFiniteUpdateGuard,
     RewardTypeError,
-    check_rewards,
-    guard_reward,
 )
+from contrastive_rlvr.run import train
+from contrastive_rlvr.trainer.callbacks import MetricsJsonl
 from contrastive_rlvr.trainer.parse import parse_config
+from contrastive_rlvr.trainer.reward_guards import check_rewards, guard_reward
+from contrastive_rlvr.trainer.update_guards import NonFiniteUpdateGuard
 
 COMPLETIONS = ["a", "b", "c"]
 
@@ -169,7 +168,7 @@ def test_metrics_counters_are_read_after_the_step(tmp_path):
 @pytest.fixture(scope="module")
 def warm_start(tmp_path_factory) -> Path:
     """The embedded warm start (mixed groups, so updates are not zero)."""
-    from contrastive_rlvr.trainer.run import load_run_inputs
+    from contrastive_rlvr.run.command import load_run_inputs
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("warm")
@@ -322,7 +321,7 @@ def test_run_with_the_default_stops_at_the_training_batch_naming_function_and_ro
 def test_guarded_reward_is_called_by_keyword_as_trl_calls_it():
     # TRL passes prompts=, completions=, ... by keyword; a reward that names only
     # `completions` (as TRL's own examples do) must keep working once guarded.
-    from contrastive_rlvr.trainer.guards import guard_reward
+    from contrastive_rlvr.trainer.reward_guards import guard_reward
 
     def length_reward(completions, **kwargs):
         return [float(len(c)) for c in completions]

@@ -11,7 +11,8 @@ from trainer_utils import make_config
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
-from contrastive_rlvr.trainer.preflight import UserError, check_optional_packages, preflight
+from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run.preflight import check_optional_packages, preflight
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ import pytest
 from cli_utils import cli, one_line
 from trainer_utils import save_tiny_model
 
-from contrastive_rlvr.trainer.output_plan import plan_output_dir
-from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError
-from contrastive_rlvr.trainer.run_folder import (
+from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run.folder import (
     CONFIG_FILE,
     foreign_entries,
     save_resolved_config,
 )
+from contrastive_rlvr.run.output_plan import plan_output_dir
+from contrastive_rlvr.trainer.parse import parse_config
 
 USER_FILES = {
     "README.md": "# my model card\n",
@@ -34,7 +34,7 @@ def _no_model(*args, **kwargs):
 @pytest.fixture
 def guarded(monkeypatch):
     import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     monkeypatch.setattr(run_module, "load_run_inputs", _no_model)
     monkeypatch.setattr(models, "load_model_and_tokenizer", _no_model)

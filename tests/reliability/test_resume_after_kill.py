@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     import os, signal, sys
     import torch
     from transformers import TrainerCallback
-    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.run import train
     from contrastive_rlvr.trainer.parse import parse_config
 
     out, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
@@ -78,7 +78,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
-    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.run import train
     from contrastive_rlvr.trainer.parse import parse_config
 
     config = parse_config(None, ["--output_dir", str(tmp_path / "empty"), "--resume", "1"])

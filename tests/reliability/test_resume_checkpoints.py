@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from contrastive_rlvr.checkpoints import checkpoint_problems, newest_complete_checkpoint
 from contrastive_rlvr.cli import app
-from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.config_compare import config_differences
+from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run import train
+from contrastive_rlvr.run.config_compare import config_differences
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError
 
 ARGS = [
     "--max_steps", "4", "--save_steps", "2", "--embedded_sft_steps", "200", "--eval_n", "1",
@@ -115,7 +115,7 @@ KILL_MID_SAVE = textwrap.dedent(
     """
     import os, resource, signal, sys
     from transformers import Trainer, TrainerCallback
-    from contrastive_rlvr.trainer import train
+    from contrastive_rlvr.run import train
     from contrastive_rlvr.trainer.parse import parse_config
 
     out, mode = sys.argv[1], sys.argv[2]

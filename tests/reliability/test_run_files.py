@@ -13,6 +13,7 @@ import time
 import pytest
 
 from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run.folder_lock import OutputDirLock
 from contrastive_rlvr.run_files import (
     MAX_READ_ENV,
     OWNER_RECORD,
@@ -25,7 +26,6 @@ from contrastive_rlvr.run_files import (
     read_text,
     write_file,
 )
-from contrastive_rlvr.trainer.folder_lock import OutputDirLock
 
 
 @pytest.mark.parametrize("name", ["../x.json", "a/../../x.json", "/tmp/x.json", ""])

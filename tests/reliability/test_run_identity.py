@@ -1,4 +1,4 @@
-"""One run identity (``trainer.run_identity``: the reward's code, a dataset folder's files,
+"""One run identity (``run.identity``: the reward's code, a dataset folder's files,
 the model's files, beside the config and the dataset file's content) checked on every path
 that reuses a run: the same command again, ``--resume``, ``--resume_from_checkpoint`` and
 ``compare``. Each test changes the input after the run and runs the command again."""
@@ -13,14 +13,14 @@ from cli_utils import cli, one_line
 from trainer_utils import forbid_model_loading, save_tiny_model
 
 from contrastive_rlvr import compare as cmp
-from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import load_dataset_of
-from contrastive_rlvr.trainer.run_folder import (
+from contrastive_rlvr.run.folder import (
     CONFIG_FILE,
     save_data_identity,
     save_resolved_config,
 )
-from contrastive_rlvr.trainer.run_identity import model_identity
+from contrastive_rlvr.run.identity import model_identity
+from contrastive_rlvr.run.preflight import load_dataset_of
+from contrastive_rlvr.trainer.parse import parse_config
 
 SUMMARY = {"heldout_avg@n_before": 0.25, "heldout_avg@n_after": 0.5, "eval_n": 1, "steps": 2,
            "wall_seconds": 1.0}  # fmt: skip
@@ -34,7 +34,7 @@ def inputs(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "reward.py").write_text(
         "def r(prompts, completions, **k):\n    return [1.0] * len(completions)\n"
-    )  # noqa: E501
+    )
     args = ["--model", str(tmp_path / "model"), "--dataset", str(tmp_path / "d.jsonl"),
             "--rewards", f"{tmp_path / 'reward.py'}:r", "--output_dir", str(tmp_path / "run"),
             "--heldout_size", "1", "--max_steps", "2", "--num_generations", "2",
@@ -58,7 +58,7 @@ def test_the_same_command_after_the_reward_code_changed_is_refused(inputs, monke
     assert cli(["train", *args]).exit_code == 0  # unchanged: reported as finished
     (tmp_path / "reward.py").write_text(
         "def r(prompts, completions, **k):\n    return [0.0] * len(completions)\n"
-    )  # noqa: E501
+    )
     result = cli(["train", *args])
     one_line(result, 2, "holds a finished run of these settings, but the code of reward")
     assert "overwrite_output_dir=true" in result.output
@@ -94,7 +94,7 @@ def test_resume_after_the_reward_code_changed_is_refused(inputs, monkeypatch):
     (tmp_path / "run" / "summary.json").unlink()
     (tmp_path / "reward.py").write_text(
         "def r(prompts, completions, **k):\n    return [0.5] * len(completions)\n"
-    )  # noqa: E501
+    )
     one_line(cli(["train", *args, "--resume", "true"]), 2, "the code of reward")
 
 
@@ -133,7 +133,7 @@ def test_resume_from_a_checkpoint_of_another_shape_is_refused_before_the_model(i
 
 
 def test_compare_does_not_reuse_runs_after_the_reward_code_changed(tmp_path, monkeypatch):
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     calls = []
 
@@ -180,7 +180,7 @@ def test_the_same_command_after_the_model_was_retrained_in_place_is_refused(inpu
 
 
 def test_a_run_recorded_before_the_weights_were_sampled_is_compared_on_what_it_kept(tmp_path):
-    from contrastive_rlvr.trainer.run_identity import identity_differences
+    from contrastive_rlvr.run.identity import identity_differences
 
     save_tiny_model(tmp_path / "model")
     now = {"rewards": {}, "model": model_identity(str(tmp_path / "model"))}
@@ -196,7 +196,7 @@ def test_the_sampled_hash_reads_the_head_and_64_evenly_spaced_regions(tmp_path):
     # 1024 + 8128 * i / 63 KiB (8128 = 9216 - 1024 - 64), i.e. every 129.02 KiB: region 0
     # is [1024, 1088), region 1 starts at 1153.0, region 31 is [5023.5, 5087.5), region 63
     # is [9152, 9216), the file's end. A byte at 1124 KiB or at 5120 KiB lies in a gap.
-    from contrastive_rlvr.trainer import run_identity as ri
+    from contrastive_rlvr.run import identity as ri
 
     path = tmp_path / "w.safetensors"
     data = bytearray(9 << 20)

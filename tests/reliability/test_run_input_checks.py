@@ -15,8 +15,8 @@ from cli_utils import cli, one_line
 from trainer_utils import forbid_model_loading, tiny_model_and_data
 
 from contrastive_rlvr.embedded import load_char_tokenizer
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError
 
 #: Refuses any role but system, user and assistant, as many chat templates do.
 STRICT_TEMPLATE = (
@@ -48,8 +48,10 @@ def guarded(monkeypatch):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ('{"junk_option": 1}', "generation_kwargs: 'junk_option' is not an option of "
-                               "transformers' GenerationConfig"),
+        (
+            '{"junk_option": 1}',
+            "generation_kwargs: 'junk_option' is not an option of transformers' GenerationConfig",
+        ),
         ('{"num_beam": 2}', "(did you mean num_beams"),
         ('{"temperature": 0.1}', "generation_kwargs: 'temperature' must be set as temperature"),
         ('{"top_k": 5}', "top_k=3 and generation_kwargs 'top_k': 5 disagree"),
@@ -90,7 +92,7 @@ def test_a_chat_role_refused_on_a_late_row_is_named_before_training(root, tmp_pa
     rows[2049]["prompt"].insert(0, {"role": "tool", "content": "1"})  # past the first 2000
     data = tmp_path / "chat.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_training(*a, **k):
         raise AssertionError("training started")

@@ -11,8 +11,8 @@ import pytest
 from cli_utils import cli
 
 from contrastive_rlvr.redaction import HIDDEN, is_secret_name, redact, redact_args
+from contrastive_rlvr.run.folder import save_resolved_config
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run_folder import save_resolved_config
 
 HUB, INIT = "hf_hubSECRET123", "hf_initSECRET456"
 ARGS = ["--hub_token", HUB, "--model_init_kwargs", json.dumps({"token": INIT})]

@@ -105,7 +105,7 @@ AFTER = {
 @pytest.fixture
 def fake_training(monkeypatch):
     """Replace the warm start and train() by stand-ins that write what compare reads."""
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     calls: list[tuple] = []
 
@@ -186,7 +186,7 @@ def test_non_embedded_model_starts_from_paper_yaml_as_train_does(
     # used to copy embedded.yaml (lr 1e-4, constant) whatever --model said.
     import yaml
 
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
     from contrastive_rlvr.configs import config_path
 
     seen = []
@@ -284,7 +284,7 @@ def test_jobs_run_in_child_processes(tmp_path):
 def interruptible(monkeypatch):
     """Stand-ins for the warm start and train(): train() of ``stop_at`` raises
     KeyboardInterrupt once (Ctrl-C in the middle of that run)."""
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     state = {"calls": [], "stop_at": None}
 
@@ -424,7 +424,7 @@ GRAD_VAR_STEPS = {
 
 
 def test_rcc_gradient_variance_is_the_ratio_of_means_by_hand(tmp_path, monkeypatch):
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def fake_inputs(cfg, directory):
         (Path(directory) / "sft-model").mkdir(parents=True, exist_ok=True)

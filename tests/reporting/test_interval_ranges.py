@@ -12,6 +12,7 @@ import pytest
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.evaluation import summarize
 from contrastive_rlvr.html_report import _ci_text
+from contrastive_rlvr.run.heldout import heldout_score
 from contrastive_rlvr.stats import (
     UNIT_RANGE,
     mean_ci,
@@ -19,7 +20,6 @@ from contrastive_rlvr.stats import (
     score_interval,
     wilson_interval,
 )
-from contrastive_rlvr.trainer.heldout import heldout_score
 
 Z = 1.959964  # the normal 0.975 quantile
 Z2 = Z * Z  # 3.841459

@@ -11,8 +11,8 @@ from rich.console import Console
 from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.evaluation import summarize
 from contrastive_rlvr.evaluation.report import results_table
+from contrastive_rlvr.run.heldout import heldout_score
 from contrastive_rlvr.stats import bootstrap_mean_ci
-from contrastive_rlvr.trainer.heldout import heldout_score
 
 
 def test_bootstrap_of_equal_problems_has_no_width():

@@ -18,9 +18,10 @@ import pytest
 from cli_utils import cli
 from trainer_utils import save_tiny_model
 
+from contrastive_rlvr.errors import RewardTimeoutError
 from contrastive_rlvr.rewards import deadline
 from contrastive_rlvr.rewards.deadline import DeadlineExceeded, call_with_deadline
-from contrastive_rlvr.trainer.guards import GuardedReward, RewardTimeoutError
+from contrastive_rlvr.trainer.reward_guards import GuardedReward
 
 
 def _blocks_forever(prompts, completions, **kwargs):

@@ -30,7 +30,7 @@ def pooled(prompts, completions, **kwargs):
 @pytest.fixture
 def guarded(monkeypatch):
     import contrastive_rlvr.models as models
-    import contrastive_rlvr.trainer.run as run_module
+    import contrastive_rlvr.run.command as run_module
 
     def no_model(*a, **k):
         raise AssertionError("a model was loaded before the rewards were checked")

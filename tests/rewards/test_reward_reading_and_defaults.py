@@ -11,13 +11,14 @@ from trainer_utils import save_tiny_model
 from typer.testing import CliRunner
 
 from contrastive_rlvr.cli import app
+from contrastive_rlvr.errors import UserError
 from contrastive_rlvr.evaluation import EvalConfig
 from contrastive_rlvr.rewards import READING_FIELDS, AnswerReading, MathVerifyReward
-from contrastive_rlvr.trainer.heldout import heldout_reward_index
+from contrastive_rlvr.run.heldout import heldout_reward_index
+from contrastive_rlvr.run.preflight import preflight
+from contrastive_rlvr.run.summary import settings_line
 from contrastive_rlvr.trainer.learning_signal import warmup_problem
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError, preflight
-from contrastive_rlvr.trainer.run_summary import settings_line
 
 GSM8K_TINY = Path(__file__).parents[1] / "fixtures" / "gsm8k_tiny.jsonl"
 PROSE = "Tom has 2 + 5 = 7 apples. So, the final answer is 7."
@@ -127,9 +128,9 @@ def test_a_users_model_warms_up_for_a_share_of_its_run(max_steps, warmup):
 
 
 def test_the_settings_a_short_run_depends_on_are_printed_at_the_start(tmp_path, monkeypatch):
-    import contrastive_rlvr.trainer as trainer
+    import contrastive_rlvr.run as run
 
-    monkeypatch.setattr(trainer, "train", lambda cfg: (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(run, "train", lambda cfg: (_ for _ in ()).throw(SystemExit(0)))
     args = ["train", "--model", "m", "--dataset", "d.jsonl", "--bicc", "true",
             "--max_steps", "2", "--output_dir", str(tmp_path / "out")]  # fmt: skip
     result = CliRunner().invoke(app, args)
@@ -145,7 +146,7 @@ def test_the_settings_a_short_run_depends_on_are_printed_at_the_start(tmp_path, 
 
 
 def test_the_held_out_reward_and_the_no_signal_policy_do_not_block_a_resume():
-    from contrastive_rlvr.trainer.config_compare import config_differences
+    from contrastive_rlvr.run.config_compare import config_differences
 
     base = ["--model", "m", "--dataset", "d.jsonl", "--rewards", "format", "math_verify"]
     saved = parse_config(None, base).to_dict()

@@ -334,9 +334,9 @@ def test_one_opposite_pairing_reads_one_completion_round_robin():
 
 def test_conditioned_old_mode_puts_the_conditioned_logps_in_pi_old_only(tmp_path):
     from contrastive_rlvr.algorithms import get_recipe
+    from contrastive_rlvr.errors import UserError
     from contrastive_rlvr.trainer import RLVRConfig
     from contrastive_rlvr.trainer.loss import build_loss
-    from contrastive_rlvr.trainer.preflight import UserError
 
     # On policy (TRL left no old log-probs): pi_old is the conditioned prompt's forward.
     batch = make_batch([[1, 2], [1, 2]], [[10], [20]], [1, 0])

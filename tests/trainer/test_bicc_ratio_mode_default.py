@@ -12,8 +12,8 @@ import yaml
 
 from contrastive_rlvr.algorithms import RECIPES, bicc_defaults
 from contrastive_rlvr.method_options.bicc import RECIPE_BICC_RATIO_MODE
+from contrastive_rlvr.run.folder import save_resolved_config
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run_folder import save_resolved_config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "bicc.md"
 

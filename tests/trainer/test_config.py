@@ -269,7 +269,7 @@ RANGE_CASES = [
 
 @pytest.mark.parametrize(("kwargs", "message"), RANGE_CASES)
 def test_ranges_are_checked_when_the_config_is_built(kwargs, message):
-    from contrastive_rlvr.trainer.preflight import UserError
+    from contrastive_rlvr.errors import UserError
 
     with pytest.raises(UserError) as err:
         config(**kwargs)
@@ -290,7 +290,7 @@ def test_reliability_fields_default_and_parse():
 
 
 def test_a_methods_options_are_no_difference_while_it_is_off_in_both():
-    from contrastive_rlvr.trainer.config_compare import config_differences
+    from contrastive_rlvr.run.config_compare import config_differences
 
     plain = {"bicc": False, "rcc": False, "bicc_mix": 1.0, "rcc_delta": "mean", "lr": 1.0}
     other = {**plain, "bicc_mix": 0.5, "rcc_delta": "sum"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from trainer_utils import save_tiny_model
 
-from contrastive_rlvr.trainer import train
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.parse import parse_config
 
 REWARD = """

@@ -8,9 +8,9 @@ import logging
 
 import torch
 
+from contrastive_rlvr.run.command import load_run_inputs
+from contrastive_rlvr.run.folder import SFT_DIR
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run import load_run_inputs
-from contrastive_rlvr.trainer.run_folder import SFT_DIR
 
 
 def _settings(out):

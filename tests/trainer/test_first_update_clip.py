@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from contrastive_rlvr.run.command import load_run_inputs, train
+from contrastive_rlvr.run.folder import SFT_DIR
 from contrastive_rlvr.trainer.callbacks import FIRST_UPDATE_CLIP_KEY, FirstUpdateClipFraction
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.run import load_run_inputs, train
-from contrastive_rlvr.trainer.run_folder import SFT_DIR
 
 KEY = FIRST_UPDATE_CLIP_KEY
 

@@ -11,9 +11,10 @@ import torch
 from trainer_utils import save_tiny_model
 
 from contrastive_rlvr.data import load_prompts, prompt_key, split_heldout
-from contrastive_rlvr.trainer.custom_inputs import custom_inputs
+from contrastive_rlvr.errors import UserError
+from contrastive_rlvr.run.custom_inputs import custom_inputs
+from contrastive_rlvr.run.preflight import preflight
 from contrastive_rlvr.trainer.parse import parse_config
-from contrastive_rlvr.trainer.preflight import UserError, preflight
 
 PROBLEMS = [(f"{a}+{a + 3}=", str(2 * a + 3)) for a in range(10)]
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from trainer_utils import save_tiny_model
 
+from contrastive_rlvr.errors import AllUpdatesSkipped
 from contrastive_rlvr.rewards import MathVerifyReward
-from contrastive_rlvr.trainer import train
-from contrastive_rlvr.trainer.guards import AllUpdatesSkipped
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.learning_signal import LearningSignal, warmup_problem
 from contrastive_rlvr.trainer.parse import parse_config
 
@@ -177,9 +177,7 @@ def tiny_model(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("model"))
 
 
-def test_a_run_that_learns_nothing_says_why_during_the_run_and_after(
-    tiny_model, tmp_path, caplog
-):
+def test_a_run_that_learns_nothing_says_why_during_the_run_and_after(tiny_model, tmp_path, caplog):
     torch.set_num_threads(1)
     config = parse_config(None, _run_args(tmp_path, tiny_model))
     with caplog.at_level(logging.INFO):
@@ -232,9 +230,7 @@ REWARDS_A = "def score(prompts, completions, **kw):\n    return [0.0 for _ in co
 REWARDS_B = "def score(prompts, completions, **kw):\n    return [1.0 for _ in completions]\n"
 
 
-def test_same_named_rewards_log_apart_and_format_is_not_the_heldout_reward(
-    tiny_model, tmp_path
-):
+def test_same_named_rewards_log_apart_and_format_is_not_the_heldout_reward(tiny_model, tmp_path):
     (tmp_path / "a.py").write_text(REWARDS_A)
     (tmp_path / "b.py").write_text(REWARDS_B)
     config = parse_config(None, _run_args(

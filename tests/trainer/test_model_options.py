@@ -11,7 +11,7 @@ import torch
 from trainer_utils import save_tiny_model
 from transformers import AutoModelForCausalLM
 
-from contrastive_rlvr.trainer import train
+from contrastive_rlvr.run import train
 from contrastive_rlvr.trainer.parse import parse_config
 
 

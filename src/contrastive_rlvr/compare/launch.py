@@ -149,8 +149,8 @@ def _worker(argv: list[str]) -> None:
       as ``train`` would in an output folder DIR;
     - ``train [--config F] [--field value ...]``: one training run, no progress bar.
     """
+    from ..run.command import load_run_inputs, train
     from ..trainer.parse import parse_config
-    from ..trainer.run import load_run_inputs, train
 
     command, rest = argv[0], argv[1:]
     directory = None
@@ -169,7 +169,7 @@ def _worker(argv: list[str]) -> None:
         return
     import torch
 
-    from ..trainer.folder_lock import OutputDirLock
+    from ..run.folder_lock import OutputDirLock
 
     torch.set_num_threads(cfg.torch_threads)
     with OutputDirLock(directory):  # a later compare sees a live build and leaves it alone

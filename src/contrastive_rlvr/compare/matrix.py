@@ -36,7 +36,7 @@ def _resume_args(run: RunSpec) -> list[str]:
     """How an unfinished run continues: from its newest complete checkpoint, else anew in
     its folder (replacing what the stopped attempt left)."""
     from ..checkpoints import newest_complete_checkpoint
-    from ..trainer.run_folder import SUMMARY_FILE, holds_run
+    from ..run.folder import SUMMARY_FILE, holds_run
 
     resumable = newest_complete_checkpoint(run.output_dir)[0] is not None
     if resumable and not (run.output_dir / SUMMARY_FILE).exists():
@@ -47,8 +47,8 @@ def _resume_args(run: RunSpec) -> list[str]:
 def execute_run(spec: CompareSpec, run: RunSpec) -> RunResult:
     """Run one cell unless its summary exists; a failure is recorded, not raised
     (Ctrl-C is: the caller marks the run interrupted)."""
-    from ..trainer.folder_lock import held_by_a_live_process
-    from ..trainer.run_folder import SFT_DIR
+    from ..run.folder import SFT_DIR
+    from ..run.folder_lock import held_by_a_live_process
 
     what = f"run {run.recipe}/{run.arm}/seed{run.seed}"
     try:
@@ -111,7 +111,7 @@ def run_compare(spec: CompareSpec, *, echo=print) -> dict:
     before it writes anything; the lock goes with this process however it ends.
     """
     from ..configs import base_config_for, model_in_args
-    from ..trainer.folder_lock import OutputDirLock
+    from ..run.folder_lock import OutputDirLock
     from ..trainer.parse import read_config_text
 
     # No --config: the base ``train`` would take for this --model (embedded.yaml for the

@@ -173,7 +173,7 @@ def unkeyed_fields() -> frozenset[str]:
     """:data:`UNKEYED_FIELDS` and the fields that do not change what is trained
     (``trainer.config_compare.NON_TRAINING_FIELDS``: logging and saving intervals, Hub
     uploads, data-loader workers), less :data:`TABLE_FIELDS`."""
-    from ..trainer.config_compare import NON_TRAINING_FIELDS
+    from ..run.config_compare import NON_TRAINING_FIELDS
 
     return UNKEYED_FIELDS | (NON_TRAINING_FIELDS - TABLE_FIELDS)
 
@@ -184,7 +184,7 @@ def run_settings(config_fields: dict) -> dict:
     YAML as ``config.yaml`` is written."""
     import yaml
 
-    from ..trainer.config_compare import without_inactive_options
+    from ..run.config_compare import without_inactive_options
 
     unkeyed = unkeyed_fields()
     active = without_inactive_options(config_fields)
@@ -209,7 +209,7 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
 
     out = Path(spec.output_dir)
     runs, clashes = [], []
-    from ..trainer.run_identity import identity_of
+    from ..run.identity import identity_of
 
     data_identity: dict[str, dict | None] = {}  # dataset -> its fingerprint, hashed once
     identities: dict[tuple, dict] = {}
@@ -262,8 +262,8 @@ def _data_clash(run_dir: Path, data: dict | None, identity: dict | None = None) 
     """How the dataset file, or the run's other inputs (``identity``: reward code, dataset
     folder, model files), differ from what the run in ``run_dir`` recorded."""
     from ..data import fingerprint_differences
-    from ..trainer.run_folder import DATA_FILE
-    from ..trainer.run_identity import identity_differences
+    from ..run.folder import DATA_FILE
+    from ..run.identity import identity_differences
 
     record = run_dir / DATA_FILE
     if not record.is_file():
@@ -288,9 +288,9 @@ def _folder_clash(
     import yaml
 
     from ..checkpoints import newest_complete_checkpoint
-    from ..trainer.config_compare import predates
+    from ..run.config_compare import predates
+    from ..run.folder import CONFIG_FILE
     from ..trainer.parse import YAMLTooLarge, safe_yaml
-    from ..trainer.run_folder import CONFIG_FILE
 
     saved_file = run_dir / CONFIG_FILE
     if not saved_file.is_file():
@@ -318,7 +318,7 @@ def _folder_clash(
 def finished_summary(run_dir: Path) -> dict | None:
     """The summary of a run that finished without error (None: unfinished, unreadable, or
     a summary that records an ``error``: a failed run)."""
-    from ..trainer.run_folder import SUMMARY_FILE
+    from ..run.folder import SUMMARY_FILE
 
     try:
         summary = read_json(run_dir / SUMMARY_FILE)

@@ -61,8 +61,8 @@ def sft_cache_dir(spec: CompareSpec, seed: int) -> Path:
 def build_sft_cache(spec: CompareSpec, seed: int) -> str | None:
     """Build ``OUT/sft-cache/seed<k>/sft-model`` (rebuilt when its key changed);
     returns an error message or None."""
-    from ..trainer.folder_lock import held_by_a_live_process
-    from ..trainer.run_folder import SFT_DIR
+    from ..run.folder import SFT_DIR
+    from ..run.folder_lock import held_by_a_live_process
 
     key = _sft_key(spec, seed)
     if key["model"] != "embedded":

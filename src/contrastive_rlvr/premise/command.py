@@ -134,11 +134,11 @@ def run_premise(
 
     from ..algorithms.bicc_rows import chat_renderer, end_token_ids
     from ..errors import UserError
+    from ..run.command import load_run_inputs
+    from ..run.heldout import ProgressLog
+    from ..run.preflight import preflight
     from ..run_files import open_atomic
     from ..trainer.config import sampling_settings
-    from ..trainer.heldout import ProgressLog
-    from ..trainer.preflight import preflight
-    from ..trainer.run import load_run_inputs
     from .transfer import start_transfer
 
     check_options(problems, control, config)

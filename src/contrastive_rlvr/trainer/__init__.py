@@ -1,4 +1,5 @@
-"""The TRL-based trainer: :class:`RLVRConfig`, :class:`RLVRTrainer` and :func:`train`.
+"""The TRL-based trainer: :class:`RLVRConfig` and :class:`RLVRTrainer` (the run around it,
+:func:`~contrastive_rlvr.run.train`, is :mod:`contrastive_rlvr.run`).
 
 The project's callbacks are public (each ``RLVRTrainer`` attaches them itself, so a
 hand-written TRL-style script gets the same logs as ``contrastive-rlvr train``):
@@ -10,10 +11,9 @@ hand-written TRL-style script gets the same logs as ``contrastive-rlvr train``):
 from ..rewards.logging_callback import VerifierCountersCallback
 from .callbacks import FirstUpdateClipFraction, MetricsJsonl, RunCounters
 from .config import RLVRConfig
-from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 from .rlvr_trainer import RLVRTrainer
-from .run import train
 from .training_diagnostics import TrainingDiagnostics
+from .update_guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 
 __all__ = [
     "FirstUpdateClipFraction",
@@ -25,5 +25,4 @@ __all__ = [
     "SkipNonFiniteUpdates",
     "TrainingDiagnostics",
     "VerifierCountersCallback",
-    "train",
 ]

@@ -190,9 +190,10 @@ def attach_project_callbacks(trainer) -> None:
     and the diagnostics."""
     from ..rewards.logging_callback import VerifierCountersCallback
     from .disk import CheckpointSizes
-    from .guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates, unique_names
     from .learning_signal import LearningSignal
+    from .reward_guards import unique_names
     from .training_diagnostics import diagnostics_callback
+    from .update_guards import NonFiniteUpdateGuard, SkipNonFiniteUpdates
 
     config = trainer.args
     # Two reward functions of one name log under two metric keys (score, score_2).

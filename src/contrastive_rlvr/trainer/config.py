@@ -18,6 +18,7 @@ import torch
 from trl import GRPOConfig, ModelConfig
 
 from ..algorithms import check_token_method_compat
+from ..errors import UserError
 from .config_groups import (
     BiCCOptions,
     DataOptions,
@@ -28,7 +29,6 @@ from .config_groups import (
     check,
     finite,
 )
-from .preflight import UserError
 from .trl_script_layout import install as _install_trl_script_layout
 from .trl_settings import check_project_loss_options
 
@@ -255,7 +255,7 @@ class RLVRConfig(
         if not isinstance(kwargs, dict):
             raise UserError(
                 f"generation_kwargs={kwargs!r} is invalid: give a mapping of option: value "
-                '(on the command line a JSON object, e.g. \'{"num_beams": 2}\')'
+                "(on the command line a JSON object, e.g. '{\"num_beams\": 2}')"
             )
         own_field = {
             "temperature": "temperature", "max_new_tokens": "max_completion_length",

@@ -60,7 +60,7 @@ def init_kwargs_error(config: Any, err: TypeError) -> Exception | None:
     import json
     import re
 
-    from .preflight import UserError
+    from ..errors import UserError
 
     init = config.model_init_kwargs or {}
     if isinstance(init, str):

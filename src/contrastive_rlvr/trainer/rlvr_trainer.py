@@ -23,12 +23,12 @@ from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
 from .config import RLVRConfig
 from .epoch_sampler import EpochAlignedResume
-from .guards import check_rewards, guard_rewards
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, TransferProbe, build_loss
 from .model_card import load_named_model, record_base_model
 from .quiet import silence_known_warnings
 from .reference import adapter_reference, frozen_copy, is_adapter
+from .reward_guards import check_rewards, guard_rewards
 from .script_api import ScriptSaving, check_script_inputs, document_trls_arguments
 from .shaping import with_overlong_penalty
 from .stages import Batch, PromptWalk, RunFacts, StageContext, build_stages, needs_reference
@@ -201,7 +201,7 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL hook: keep the rewards of every process (B_global, n_funcs) for the recipe,
-        checked for non-finite values (an error, or the group skipped: ``guards.py``)."""
+        checked for non-finite values (an error, or the group skipped: ``reward_guards.py``)."""
         rewards_per_func = super()._calculate_rewards(
             inputs, prompts, completions, completion_ids_list
         )

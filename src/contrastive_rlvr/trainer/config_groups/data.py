@@ -10,7 +10,8 @@ from typing import ClassVar, Literal
 from ...errors import UserError
 from ...method_options import check, finite
 from ...rewards.extract import AnswerReading
-from ..guards import DEFAULT_SNAPSHOT_BYTES, NONFINITE_POLICIES
+from ..reward_guards import NONFINITE_POLICIES
+from ..update_guards import DEFAULT_SNAPSHOT_BYTES
 
 #: Fields whose default is kept for the embedded model; setting them means a custom model.
 CUSTOM_ONLY = {

@@ -1,7 +1,7 @@
 """Groups skipped for a non-finite reward (``nonfinite_rewards="skip_group"``): no
 advantage, no gradient, counted (docs/reliability.md, "Non-finite numbers").
 
-The trainer's reward check (:func:`~contrastive_rlvr.trainer.guards.check_rewards`,
+The trainer's reward check (:func:`~contrastive_rlvr.trainer.reward_guards.check_rewards`,
 right after TRL's scoring) sets every reward of such a group to 0 and keeps its rows.
 :class:`SkipNonFiniteGroups` runs first: it masks those rows out of the loss
 (``completion_mask`` 0, so no token of theirs enters any objective, and

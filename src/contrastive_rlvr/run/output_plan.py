@@ -14,9 +14,9 @@ import yaml
 from ..checkpoints import checkpoint_problems, list_checkpoints, newest_complete_checkpoint
 from ..errors import UserError
 from ..run_files import read_bytes, read_json, read_text, write_file
-from .config import RLVRConfig
+from ..trainer.config import RLVRConfig
 from .config_compare import config_differences
-from .run_folder import (
+from .folder import (
     CONFIG_FILE,
     DATA_FILE,
     SUMMARY_FILE,
@@ -25,7 +25,7 @@ from .run_folder import (
     holds_run,
     written_by_a_run,
 )
-from .run_identity import identity_differences, identity_of, model_shape
+from .identity import identity_differences, identity_of, model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def _check_config_unchanged(config: RLVRConfig, out: Path) -> None:
             return  # nothing to resume: said below
         problem = "is missing"
     else:
-        from .parse import YAMLTooLarge, safe_yaml
+        from ..trainer.parse import YAMLTooLarge, safe_yaml
 
         try:
             saved = safe_yaml(read_text(saved_file))

@@ -13,10 +13,10 @@ import torch
 
 from ..errors import UserError
 from ..shared_forward.sharing import prompt_length
-from .config import RLVRConfig
-from .guards import guard_reward
+from ..trainer.config import RLVRConfig
+from ..trainer.model_options import init_kwargs_as_user_error, model_load_kwargs
+from ..trainer.reward_guards import guard_reward
 from .heldout import heldout_evaluator, heldout_reward_index
-from .model_options import init_kwargs_as_user_error, model_load_kwargs
 from .preflight import PreflightResult, load_dataset_of, preflight
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import RLVRConfig, sampling_settings
+from ..trainer.config import RLVRConfig, sampling_settings
 
 
 def heldout_reward_index(config: RLVRConfig) -> int:

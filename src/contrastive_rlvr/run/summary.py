@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import RLVRConfig
+from ..trainer.config import RLVRConfig
 from .heldout import heldout_reward_index, heldout_score
 
 

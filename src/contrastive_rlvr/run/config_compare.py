@@ -78,7 +78,7 @@ def field_defaults() -> dict[str, Any]:
     import dataclasses
     import enum
 
-    from .config import RLVRConfig
+    from ..trainer.config import RLVRConfig
 
     out: dict[str, Any] = {}
     for f in dataclasses.fields(RLVRConfig):

@@ -13,10 +13,10 @@ from typing import Any
 from transformers import AutoModelForCausalLM
 
 from ..checkpoints import weights_problems
-from .config import RLVRConfig
-from .guards import guard_reward
-from .model_options import init_kwargs_as_user_error, model_load_kwargs
-from .run_folder import SFT_DIR
+from ..trainer.config import RLVRConfig
+from ..trainer.model_options import init_kwargs_as_user_error, model_load_kwargs
+from ..trainer.reward_guards import guard_reward
+from .folder import SFT_DIR
 
 logger = logging.getLogger(__name__)
 

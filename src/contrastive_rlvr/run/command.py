@@ -19,19 +19,19 @@ import torch
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 
 from ..checkpoints import refused_pickles_as_user_error
+from ..errors import AllUpdatesSkipped, NoTrainingSteps
 from ..logs import follow_log_level
 from ..models import is_relative_path
 from ..run_files import write_file
-from .callbacks import RichProgress
-from .config import RLVRConfig
+from ..trainer.callbacks import RichProgress
+from ..trainer.config import RLVRConfig
+from ..trainer.model_options import peft_config_of
+from ..trainer.rlvr_trainer import RLVRTrainer
+from .folder import CONFIG_FILE, SUMMARY_FILE, save_data_identity, save_resolved_config
 from .folder_lock import OutputDirLock
-from .guards import AllUpdatesSkipped, NoTrainingSteps
-from .model_options import peft_config_of
 from .output_plan import at_last_step, plan_output_dir
 from .preflight import PreflightResult, preflight
-from .rlvr_trainer import RLVRTrainer
-from .run_folder import CONFIG_FILE, SUMMARY_FILE, save_data_identity, save_resolved_config
-from .run_summary import run_summary, settings_line
+from .summary import run_summary, settings_line
 
 logger = logging.getLogger(__name__)
 #: What a run says once at its start (field mapping, held-out reward): shown at the

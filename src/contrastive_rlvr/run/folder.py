@@ -14,7 +14,7 @@ import yaml
 from ..checkpoints import list_checkpoints
 from ..errors import UserError
 from ..run_files import OWNER_RECORD, write_file
-from .config import RLVRConfig
+from ..trainer.config import RLVRConfig
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def save_data_identity(out: Path, config: RLVRConfig, fingerprint: dict | None) 
     """Record what the run reads (``data.json``): the dataset file's content and the run's
     identity (reward code, dataset folder, model files: :mod:`.run_identity`); nothing for
     the embedded task."""
-    from .run_identity import identity_of
+    from .identity import identity_of
 
     if config.model == "embedded" and fingerprint is None:
         (out / DATA_FILE).unlink(missing_ok=True)
