@@ -247,6 +247,10 @@ def test_update_actor_sees_conditioned_rows_then_plain_rows_come_back(recipes, m
     # context tokens (5, 0, 6, 0) -> mean 2.75; half of the rows conditioned
     assert metrics["bicc/context_tokens"] == pytest.approx(2.75)
     assert metrics["bicc/conditioned_frac"] == pytest.approx(0.5)
+    # the rows' real tokens, prompt and response: plain 5 + 3 + 4 + 4, conditioned
+    # 10 + 3 + 10 + 4 (a_0_0 and a_1_0 read 5 and 6 context tokens)
+    assert metrics["tokens/loss_rows_plain"] == 16.0
+    assert metrics["tokens/loss_rows_conditioned"] == 27.0
     # step 1 is probed: plain GRPO's gradient on the plain rows, then the applied loss's on
     # the rows the update trains on (the conditioned ones, after any recomputation)
     calls = trainer.actor_rollout_wg.calls

@@ -35,6 +35,7 @@ from ...algorithms.bicc_rows import (
     text_decoder,
 )
 from ...algorithms.bicc_transfer import TransferWatch, probe_due, taught_rows
+from ...shared_forward.tokens import ROWS_KEYS
 from . import transfer
 from .distill import PROBE_ADVANTAGES, TAUGHT, TEACHER, distills
 from .groups import BiCCRows, bicc_rows, grouped_apply
@@ -53,6 +54,22 @@ VERL_DISTILL_ADVICE = (
     "teacher that does not read the attempts); lower policy_loss.bicc_distill_weight, or "
     "policy_loss.bicc=false"
 )
+
+
+def row_token_counts(
+    plain: list[torch.Tensor], conditioned: list[torch.Tensor], responses: list[torch.Tensor]
+) -> dict[str, float]:
+    """The batch's real tokens on each prompt, prompt and response (each (len,), unpadded),
+    under TRL's keys ``tokens/loss_rows_plain`` / ``tokens/loss_rows_conditioned``: what
+    BiCC adds to every forward verl's actor makes over the conditioned rows (verl removes
+    the padding and shares no prefix, so each such forward encodes this many tokens)."""
+    ends = [len(r) for r in responses]
+    return {
+        ROWS_KEYS["plain"]: float(sum(len(p) + n for p, n in zip(plain, ends, strict=True))),
+        ROWS_KEYS["conditioned"]: float(
+            sum(len(p) + n for p, n in zip(conditioned, ends, strict=True))
+        ),
+    }
 
 
 def group_index(batch: KVBatchMeta) -> list[str]:
@@ -290,6 +307,7 @@ class BiCCHooks:
         conditioned = self._put_rows(batch, rows.prompts, responses)
         metrics["bicc/context_tokens"] = rows.context_tokens.float().mean().item()
         metrics["bicc/conditioned_frac"] = (rows.context_tokens > 0).float().mean().item()
+        metrics.update(row_token_counts(list(data["prompts"].unbind()), rows.prompts, responses))
         return conditioned, plain
 
     def _check_row_lengths(self, rows: BiCCRows, responses: list[torch.Tensor]) -> None:
