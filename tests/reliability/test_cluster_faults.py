@@ -13,7 +13,8 @@ import time
 import pytest
 from cli_utils import cli, one_line
 
-from contrastive_rlvr.cli import _disk_full, _run
+from contrastive_rlvr.cli import _run
+from contrastive_rlvr.failure_lines import disk_full
 
 #: A child that waits under sigterm_as_sigint and says what stopped it.
 CHILD = """
@@ -82,7 +83,7 @@ def test_sigterm_during_a_checkpoint_write_is_held_until_it_is_whole(tmp_path):
     ],
 )
 def test_torchs_full_disk_wording_is_the_disk_full_line(text):
-    line = _disk_full(RuntimeError(text))
+    line = disk_full(RuntimeError(text))
     assert line is not None and line.startswith("disk full")
 
 

@@ -35,7 +35,6 @@ from ...algorithms.bicc_rows import (
     text_decoder,
 )
 from ...algorithms.bicc_transfer import TransferWatch, probe_due, taught_rows
-from ...shared_forward.tokens import ROWS_KEYS
 from . import transfer
 from .distill import PROBE_ADVANTAGES, TAUGHT, TEACHER, distills
 from .groups import BiCCRows, bicc_rows, grouped_apply
@@ -65,8 +64,8 @@ def row_token_counts(
     the padding and shares no prefix, so each such forward encodes this many tokens)."""
     ends = [len(r) for r in responses]
     return {
-        ROWS_KEYS["plain"]: float(sum(len(p) + n for p, n in zip(plain, ends, strict=True))),
-        ROWS_KEYS["conditioned"]: float(
+        "tokens/loss_rows_plain": float(sum(len(p) + n for p, n in zip(plain, ends, strict=True))),
+        "tokens/loss_rows_conditioned": float(
             sum(len(p) + n for p, n in zip(conditioned, ends, strict=True))
         ),
     }
