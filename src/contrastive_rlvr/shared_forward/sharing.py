@@ -63,9 +63,7 @@ class PromptSharing:
 
     ``prompts(kind)`` says which prompts the next forwards read (``"plain"`` outside it);
     ``forward`` runs them shared when the run shares that kind and the model allows, and
-    returns None otherwise (the caller runs TRL's per-row forward). ``prompts(kind,
-    on_logps=f)`` also hands the log-probs of the first forward with gradient inside it to
-    ``f`` (through :meth:`seen`): RCC's loss-time delta inside TRL's own loss.
+    returns None otherwise (the caller runs TRL's per-row forward).
     """
 
     def __init__(
@@ -82,7 +80,6 @@ class PromptSharing:
         self.cache_allowed = not gradient_checkpointing and num_processes == 1
         self.kind: PromptKind = "plain"
         self._forms: dict[int, Form | None] = {}
-        self._on_logps: Callable[[torch.Tensor], None] | None = None
         self._said: set[str] = set()  # per-row fallbacks already logged
         self._roles: dict[int, str] = {}
         self._proven: dict[int, int] = {}  # model -> the width its packed form was proven at
@@ -168,16 +165,13 @@ class PromptSharing:
         return False
 
     @contextmanager
-    def prompts(
-        self, kind: PromptKind, on_logps: Callable[[torch.Tensor], None] | None = None
-    ) -> Iterator[None]:
-        """The forwards inside read prompts of this kind; ``on_logps``: see the class."""
-        before = self.kind, self._on_logps
-        self.kind, self._on_logps = kind, on_logps
+    def prompts(self, kind: PromptKind) -> Iterator[None]:
+        """The forwards inside read prompts of this kind."""
+        before, self.kind = self.kind, kind
         try:
             yield
         finally:
-            self.kind, self._on_logps = before
+            self.kind = before
 
     def _per_row(self, reason: str) -> None:
         """None (TRL's per-row forward runs), the reason logged the first time."""
@@ -185,14 +179,6 @@ class PromptSharing:
             self._said.add(reason)
             logger.warning("prompt sharing (%s prompts): per-row forward, as %s", self.kind, reason)
         return None
-
-    def seen(self, out: LogpsAndEntropies) -> LogpsAndEntropies:
-        """Every forward's outputs pass here: the first one with gradient inside
-        ``prompts(..., on_logps=f)`` goes to ``f`` (once)."""
-        if self._on_logps is not None and torch.is_grad_enabled():
-            on_logps, self._on_logps = self._on_logps, None
-            on_logps(out[0])
-        return out
 
     def forward(
         self,
