@@ -198,7 +198,7 @@ def preflight(config: Any, *, training: bool = True) -> PreflightResult:
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
-    check_not_model_folder(config)
+    check_not_model_folder(config.model, config.output_dir, config.overwrite_output_dir)
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)

@@ -18,10 +18,9 @@ from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
 from ..metrics import logged_name
-from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
-from .config import RLVRConfig
+from .config import RLVRConfig, prompt_sharing_of
 from .epoch_sampler import EpochAlignedResume
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, TransferProbe, build_loss
@@ -78,10 +77,8 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
             self.ref_model = frozen_copy(self)
-        self.prompt_sharing = PromptSharing.from_config(
-            config,
-            self.accelerator.num_processes,
-            dataset_reachable_width(config, self.train_dataset, self._tokenizer, self.model),
+        self.prompt_sharing = prompt_sharing_of(
+            config, self.accelerator.num_processes, self.train_dataset, self._tokenizer, self.model
         )
         self.prompt_sharing.prepare(self.model, "policy")
         self.prompt_sharing.prepare(self.ref_model, "reference")
