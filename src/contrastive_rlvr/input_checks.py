@@ -170,26 +170,26 @@ def _is_under(path: Path, folder: Path) -> bool:
     return inner != outer and outer in inner.parents
 
 
-def check_not_model_folder(config: Any) -> None:
-    """``output_dir`` is not the folder of the model trained (the run's final save would
+def check_not_model_folder(model: str | None, output_dir: str, overwrite_output_dir: bool) -> None:
+    """``output_dir`` is not the folder of the ``model`` trained (the run's final save would
     replace the base model's weights, config and tokenizer); refused whatever
     ``overwrite_output_dir`` says."""
-    model = str(getattr(config, "model", "") or "")
+    model = str(model or "")
     if model in ("", "embedded"):
         return
-    model_path, out = Path(model).expanduser(), Path(config.output_dir).expanduser()
+    model_path, out = Path(model).expanduser(), Path(output_dir).expanduser()
     if not model_path.exists() or not out.exists():
         return
     # A .gguf file's folder is not the model: the run writes no .gguf file.
-    if getattr(config, "overwrite_output_dir", False) and _is_under(model_path, out):
+    if overwrite_output_dir and _is_under(model_path, out):
         raise UserError(
-            f"model={model!r} is inside output_dir={str(config.output_dir)!r}, and "
+            f"model={model!r} is inside output_dir={str(output_dir)!r}, and "
             "overwrite_output_dir=true removes that folder's checkpoints, the model among "
             "them; train into another output_dir, or copy the model out first"
         )
     if model_path.is_dir() and os.path.samefile(model_path, out):
         raise UserError(
-            f"output_dir={str(config.output_dir)!r} is the folder of model={model!r}: the run "
+            f"output_dir={str(output_dir)!r} is the folder of model={model!r}: the run "
             "would write its weights over the model it starts from; choose another output_dir "
             "(overwrite_output_dir never allows this)"
         )

@@ -5,10 +5,11 @@ other in a circle, counting the imports inside functions too."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
-from import_graph import PACKAGE, cycles, import_graph, part_of
+from import_graph import PACKAGE, cycles, import_graph, module_name, part_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -67,6 +68,28 @@ def test_each_import_goes_to_a_lower_floor():
                 upward.append(f"{module} (floor {rows[part][0]}) -> {target} "
                               f"(floor {rows[other][0]})")  # fmt: skip
     assert upward == []
+
+
+def test_lower_floors_take_values_not_the_run_config():
+    """A part below the trainer takes the fields it needs, typed: no function there takes a
+    ``config`` or ``cfg`` untyped or typed ``Any`` (the run config read by its field names,
+    a coupling to the floor above that no import shows)."""
+    rows = documented_floors()
+    found = []
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        module = module_name(path, SRC)
+        if not part_of(module) or rows[part_of(module)][0] >= rows["trainer"][0]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                found += [f"{module}.{node.name}({a.arg})" for a in args if _run_config(a)]
+    assert found == []
+
+
+def _run_config(arg: ast.arg) -> bool:
+    untyped = arg.annotation is None or ast.unparse(arg.annotation) == "Any"
+    return arg.arg in ("config", "cfg") and untyped
 
 
 def test_no_modules_import_each_other_in_a_circle():

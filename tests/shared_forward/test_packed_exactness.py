@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -309,18 +308,16 @@ def test_probe_widths(monkeypatch):
 
 
 def test_reachable_width_by_hand():
-    cfg = SimpleNamespace(bicc=True, bicc_context_ratio=0.4, bicc_max_seq_len=None,
-                          max_completion_length=20)  # fmt: skip
+    bicc = {"max_completion_length": 20, "bicc_context_ratio": 0.4}
 
     def tokenizer(text):  # one token a character
         return {"input_ids": list(range(len(text)))}
 
     prompts = ["a" * 10, "b" * 30, "c" * 5]
     # longest 30; budget floor(0.4 x (30 + 20)) = 20; 30 + 20 + 20 = 70.
-    assert reachable_width(cfg, prompts, tokenizer, None) == 70
-    assert reachable_width(cfg, prompts, tokenizer, 64) == 64
-    cfg.bicc_max_seq_len = 100  # budget floor(0.4 x 100) = 40
-    assert reachable_width(cfg, prompts, tokenizer, None) == 90
-    cfg.bicc = False
-    assert reachable_width(cfg, prompts, tokenizer, None) == 50
-    assert reachable_width(cfg, [], tokenizer, None) is None
+    assert reachable_width(prompts, tokenizer, None, **bicc) == 70
+    assert reachable_width(prompts, tokenizer, 64, **bicc) == 64
+    # budget floor(0.4 x 100) = 40
+    assert reachable_width(prompts, tokenizer, None, **bicc, bicc_max_seq_len=100) == 90
+    assert reachable_width(prompts, tokenizer, None, max_completion_length=20) == 50  # no BiCC
+    assert reachable_width([], tokenizer, None, **bicc) is None

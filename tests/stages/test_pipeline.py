@@ -36,6 +36,51 @@ def test_a_read_nothing_writes_fails_when_built():
     Pipeline([Append("b", reads=("shared.x?",))])  # an optional read is fine
 
 
+def test_a_loss_read_no_stage_writes_is_refused_when_built():
+    with pytest.raises(ValueError) as refused:
+        Pipeline([Append("a", writes=("data.x",))], loss_reads=("data.x", "data.y", "data.z?"))
+    message = str(refused.value)
+    assert message.startswith("the loss reads ['data.y'], which no earlier stage writes")
+    assert "\n" not in message
+    Pipeline([Append("a", writes=("data.x",))], loss_reads=("data.x", "data.completion_ids"))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {}, {"recipe": "conspo"}, {"recipe": "gmpo"}, {"recipe": "dapo"}, {"reco": True},
+        {"verigate": True}, {"oc_grpo": True}, {"rcc": True, "rcc_reference": "sampling"},
+        {"recipe": "conspo", "rcc": True, "rcc_reference": "sampling"},
+        {"bicc": True}, {"bicc": True, "bicc_form": "conditioned"},
+        {"bicc": True, "bicc_form": "conditioned", "bicc_mix": 0.5, "recipe": "gmpo"},
+        {"bicc": True, "bicc_form": "conditioned", "rcc": True, "rcc_reference": "sampling"},
+    ],
+)  # fmt: skip
+def test_every_loss_gets_what_it_reads_from_the_stages(tmp_path, fields):
+    from contrastive_rlvr.algorithms import get_recipe
+    from contrastive_rlvr.trainer.loss import build_loss
+
+    cfg = RLVRConfig(output_dir=str(tmp_path), report_to="none", num_generations=4,
+                     log_delta=False, beta=0.0, max_completion_length=8, **fields)  # fmt: skip
+    loss = build_loss(cfg, get_recipe(cfg.recipe))
+    assert {"data.completion_ids", "data.completion_mask"} <= set(loss.reads)
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    build_stages(cfg, facts, loss.reads)  # refused if a key the loss needs is not written
+
+
+def test_a_distill_loss_without_the_teacher_stage_is_refused_when_built(tmp_path):
+    from contrastive_rlvr.algorithms import get_recipe
+    from contrastive_rlvr.trainer.loss import build_loss
+
+    fields = dict(output_dir=str(tmp_path), report_to="none", num_generations=4,
+                  log_delta=False, beta=0.0, max_completion_length=8)  # fmt: skip
+    loss = build_loss(RLVRConfig(**fields, bicc=True), get_recipe("grpo"))
+    facts = RunFacts(tokenizer=CharTokenizer(), group_size=4, has_reference=False)
+    keys = r"\['data.bicc_teacher_logps', 'data.bicc_taught'\]"
+    with pytest.raises(ValueError, match=rf"^the loss reads {keys}, which no earlier stage"):
+        build_stages(RLVRConfig(**fields), facts, loss.reads)  # no BiCC: no teacher stage
+
+
 def names(tmp_path, has_reference=False, **fields):
     cfg = RLVRConfig(
         output_dir=str(tmp_path), report_to="none", num_generations=4, log_delta=False,

@@ -46,21 +46,21 @@ def test_compare_shares_a_warm_start_only_with_the_same_context_frac(tmp_path):
 
 def test_reading_warm_start_takes_the_runs_bicc_budget(tmp_path):
     from contrastive_rlvr.compare import _sft_key, make_spec
-    from contrastive_rlvr.embedded.warm_start_rules import embedded_sft_context_budget
+    from contrastive_rlvr.run.embedded_inputs import sft_context_budget
 
     torch.set_num_threads(1)
     # The shipped embedded.yaml: floor(0.4 x bicc_max_seq_len 256) = 102 tokens of attempts,
     # the framing on top (bicc_framing_budget 'outside'); the whole context is capped at 256
     # positions - 7 prompt tokens - 16 completion tokens = 233.
     outside = {"context_framing": "outside", "context_room": 233}
-    got = embedded_sft_context_budget(parse_config(None, []))
+    got = sft_context_budget(parse_config(None, []))
     assert got == {"context_budget": 102, **outside}
     # Another share: floor(0.3 x 256) = 76; framing inside: floor(0.95 x 256) = 243 -> 233.
     config = parse_config(None, ["--bicc_context_ratio", "0.3"])
-    assert embedded_sft_context_budget(config) == {"context_budget": 76, **outside}
+    assert sft_context_budget(config) == {"context_budget": 76, **outside}
     config = parse_config(None, ["--bicc_context_ratio", "0.95", "--bicc_framing_budget", "inside"])
     inside = {"context_budget": 233, "context_framing": "inside", "context_room": None}
-    assert embedded_sft_context_budget(config) == inside
+    assert sft_context_budget(config) == inside
     args = ["--embedded_sft_steps", "2", "--embedded_sft_context_frac", "0.5",
             "--embedded_sft_context_target", "reference", "--num_generations", "4",
             "--embedded_sft_context_attempts", "sampled",

@@ -163,6 +163,7 @@ class SumObjective:
     ``masked``), x10 on the plain share."""
 
     name = "sum"
+    reads = ("data.completion_mask",)  # the batch entries it reads, as every objective says
 
     def __init__(self, masked: bool = False) -> None:
         self.masked = masked

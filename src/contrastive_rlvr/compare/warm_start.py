@@ -40,14 +40,14 @@ def _sft_key(spec: CompareSpec, seed: int) -> dict:
 def _reading_key(cfg) -> dict:
     """What a reading warm start also depends on: its target rule and the BiCC context
     its demonstrations are cut to."""
-    from ..embedded.warm_start_rules import embedded_sft_context_budget
+    from ..run.embedded_inputs import sft_context_budget
 
     return {
         "embedded_sft_context_target": cfg.embedded_sft_context_target,
         "embedded_sft_context_attempts": cfg.embedded_sft_context_attempts,
         "max_completion_length": cfg.max_completion_length,
         "temperature": cfg.temperature,
-        "context_budget": embedded_sft_context_budget(cfg) if cfg.model == "embedded" else None,
+        "context_budget": sft_context_budget(cfg) if cfg.model == "embedded" else None,
         "bicc_truncation": cfg.bicc_truncation,
         "bicc_placement": cfg.bicc_placement,
         "context_max_attempts": max(cfg.num_generations - 1, 1),

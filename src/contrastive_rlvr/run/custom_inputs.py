@@ -15,9 +15,8 @@ from ..errors import UserError
 from ..shared_forward.sharing import prompt_length
 from ..trainer.config import RLVRConfig
 from ..trainer.model_options import init_kwargs_as_user_error, model_load_kwargs
-from ..trainer.reward_guards import guard_reward
 from .heldout import heldout_evaluator, heldout_reward_index
-from .preflight import PreflightResult, load_dataset_of, preflight
+from .preflight import PreflightResult, preflight
 
 logger = logging.getLogger(__name__)
 #: What a run says once at its start (field mapping, held-out reward): shown at the
@@ -37,12 +36,7 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
     template TRL applies once); every column of the dataset stays, so the reward functions
     and stages get each one, in training (TRL passes them as keyword arguments) and in the
     held-out evaluation (passed the same way here)."""
-    from ..data import (
-        is_conversational_prompt,
-        resolve_instruction,
-        split_heldout,
-        with_instruction,
-    )
+    from ..data import is_conversational_prompt, resolve_instruction, with_instruction
     from ..models import load_model_and_tokenizer
 
     checked = checked if checked is not None else preflight(config)
@@ -50,18 +44,12 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
         model, tokenizer = load_model_and_tokenizer(config.model, **model_load_kwargs(config))
     check_finite_weights(model, config.model)
     model.train()
-    loaded = checked.prompts or load_dataset_of(config)
+    # Shuffled, split and checked for training rows once, by the preflight.
+    loaded, data, split = checked.prompts, checked.shuffled, checked.split
     if loaded.skipped:
         logger.warning("%s: skipped %d malformed rows", loaded.source, loaded.skipped)
-    data = loaded.dataset.shuffle(seed=config.seed)
-    split = checked.split or split_heldout(data, config.heldout_size)
     if checked.heldout_note:
         start_log.info("%s: %s", loaded.source, checked.heldout_note)
-    if not split.train:
-        raise ValueError(
-            f"heldout_size={config.heldout_size} leaves no training rows in {config.dataset} "
-            f"({len(data)} rows, {split.problems} distinct prompts)"
-        )
     if split.repeats:
         logger.warning(
             "%s: %d of %d rows repeat an earlier row's prompt (%d distinct prompts): held out "
@@ -87,10 +75,7 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
         heldout = heldout.select(range(min(config.eval_limit, len(heldout))))
     train = data.select(split.train)
     check_prompt_lengths(config, model, tokenizer, data["prompt"])  # every row
-    rewards = [
-        guard_reward(fn, on_nonfinite=config.nonfinite_rewards, timeout=config.reward_timeout)
-        for fn in checked.rewards
-    ]
+    rewards = checked.rewards  # guarded by the preflight
     log_field_mapping(loaded)
     which = heldout_reward_index(config)
     evaluate = None

@@ -30,6 +30,23 @@ def warm_start_problems(sft_dir: Path) -> list[str]:
     return [f"{n} is missing" for n in missing] + weights_problems(sft_dir)
 
 
+def sft_context_budget(config: RLVRConfig) -> dict:
+    """The reading warm start's BiCC context budget for a run of ``config``
+    (:func:`~contrastive_rlvr.embedded.warm_start_rules.embedded_sft_context_budget`)."""
+    from ..embedded import TaskConfig
+    from ..embedded.warm_start_rules import embedded_sft_context_budget
+
+    return embedded_sft_context_budget(
+        TaskConfig(terms=config.embedded_terms, hidden_ops=config.embedded_hidden_ops),
+        phrases=config.embedded_bicc_phrases,
+        context_frac=config.embedded_sft_context_frac,
+        bicc_context_ratio=config.bicc_context_ratio,
+        bicc_max_seq_len=config.bicc_max_seq_len,
+        bicc_framing_budget=config.bicc_framing_budget,
+        max_completion_length=config.max_completion_length,
+    )
+
+
 def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
     """The embedded default's model (warm-started once, then reused), task and reward."""
     from ..embedded import (
@@ -43,7 +60,6 @@ def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
         make_datasets,
     )
     from ..embedded.warm_start_rules import (
-        embedded_sft_context_budget,
         embedded_sft_context_placement,
         warn_if_other_warm_start,
     )
@@ -64,12 +80,12 @@ def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
                 context_target=config.embedded_sft_context_target,
                 # Read only by a reading warm start (a share of it > 0).
                 **(
-                    embedded_sft_context_budget(config)
+                    sft_context_budget(config)
                     if config.embedded_sft_context_frac > 0
                     else {"context_budget": None}
                 ),
                 context_truncation=config.bicc_truncation,
-                context_placement=embedded_sft_context_placement(config),
+                context_placement=embedded_sft_context_placement(config.bicc_placement),
                 context_max_attempts=max(config.num_generations - 1, 1),
                 context_attempts=config.embedded_sft_context_attempts,
                 context_max_new_tokens=config.max_completion_length,
@@ -83,7 +99,13 @@ def embedded_inputs(config: RLVRConfig, out: Path) -> dict[str, Any]:
         shutil.rmtree(sft_dir, ignore_errors=True)
         os.replace(partial, sft_dir)
     else:
-        warn_if_other_warm_start(config, sft_dir)
+        sft = WarmStartConfig(
+            context_frac=config.embedded_sft_context_frac,
+            context_target=config.embedded_sft_context_target,
+            context_attempts=config.embedded_sft_context_attempts,
+        )
+        phrases = config.embedded_bicc_phrases
+        warn_if_other_warm_start(sft_dir, seed=config.seed, task=task, phrases=phrases, sft=sft)
     tokenizer = load_char_tokenizer(sft_dir)
     with init_kwargs_as_user_error(config):
         model = AutoModelForCausalLM.from_pretrained(sft_dir, **model_load_kwargs(config))

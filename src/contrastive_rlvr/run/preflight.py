@@ -23,16 +23,18 @@ from ..input_checks import (
     check_output_dir,
     hub_offline,
 )
+from ..trainer.reward_guards import guard_reward
 
 
 @dataclass
 class PreflightResult:
     """What the checks loaded: reuse it instead of loading again."""
 
-    prompts: Any = None  # data.LoadedPrompts of a custom dataset
-    split: Any = None  # data.HeldoutSplit of its rows in the seeded order (by problem)
+    prompts: Any = None  # data.LoadedPrompts of a custom dataset (rows in the file's order)
+    shuffled: Any = None  # its rows in the seeded order: shuffled once, here
+    split: Any = None  # data.HeldoutSplit of the shuffled rows (by problem)
     heldout_note: str | None = None  # the line saying a small file's held-out size was fitted
-    rewards: list[Any] = field(default_factory=list)
+    rewards: list[Any] = field(default_factory=list)  # resolved and guarded, once
     reward_names: list[str] = field(default_factory=list)
 
 
@@ -198,7 +200,7 @@ def preflight(config: Any, *, training: bool = True) -> PreflightResult:
     from ..rewards import resolve_reward
 
     check_output_dir(config.output_dir)
-    check_not_model_folder(config)
+    check_not_model_folder(config.model, config.output_dir, config.overwrite_output_dir)
     check_report_to(config.report_to)
     check_push_to_hub(config)
     check_quantization(config)
@@ -247,14 +249,15 @@ def preflight(config: Any, *, training: bool = True) -> PreflightResult:
             f"eval_strategy={strategy} evaluates on the held-out rows, but "
             "heldout_size=0 holds none out; set heldout_size above 0, or eval_strategy=no"
         )
-    result.prompts, result.split = prompts, split
+    result.prompts, result.shuffled, result.split = prompts, shuffled, split
     reading = reading_options(config)
     for name in config.rewards:
         try:
-            options = reading if name == "math_verify" else {}
-            result.rewards.append(resolve_reward(name, **options))
+            reward = resolve_reward(name, **(reading if name == "math_verify" else {}))
         except (ValueError, KeyError) as err:
             raise UserError(f"rewards: {err}") from err
+        guard = {"on_nonfinite": config.nonfinite_rewards, "timeout": config.reward_timeout}
+        result.rewards.append(guard_reward(reward, **guard))
         result.reward_names.append(name)
     weights = config.reward_weights
     if weights is not None and not config.overlong_punishment:

@@ -63,9 +63,7 @@ class PromptSharing:
 
     ``prompts(kind)`` says which prompts the next forwards read (``"plain"`` outside it);
     ``forward`` runs them shared when the run shares that kind and the model allows, and
-    returns None otherwise (the caller runs TRL's per-row forward). ``prompts(kind,
-    on_logps=f)`` also hands the log-probs of the first forward with gradient inside it to
-    ``f`` (through :meth:`seen`): RCC's loss-time delta inside TRL's own loss.
+    returns None otherwise (the caller runs TRL's per-row forward).
     """
 
     def __init__(
@@ -82,28 +80,11 @@ class PromptSharing:
         self.cache_allowed = not gradient_checkpointing and num_processes == 1
         self.kind: PromptKind = "plain"
         self._forms: dict[int, Form | None] = {}
-        self._on_logps: Callable[[torch.Tensor], None] | None = None
         self._said: set[str] = set()  # per-row fallbacks already logged
         self._roles: dict[int, str] = {}
         self._proven: dict[int, int] = {}  # model -> the width its packed form was proven at
         self._ran: Form | None = None  # the shared form the last forward ran, if one did
         self.tokens = LossForwardTokens()  # what the loss's forwards encode (tokens.py)
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg,
-        num_processes: int,
-        max_width: int | None = None,
-    ) -> PromptSharing:
-        """From an :class:`~.config.RLVRConfig`: ``share_prefix`` counts with BiCC on."""
-        return cls(
-            conditioned=bool(cfg.bicc and cfg.share_prefix),
-            plain=cfg.share_plain_prompt,
-            gradient_checkpointing=cfg.gradient_checkpointing,
-            num_processes=num_processes,
-            max_width=max_width,
-        )
 
     @property
     def active(self) -> bool:
@@ -168,16 +149,13 @@ class PromptSharing:
         return False
 
     @contextmanager
-    def prompts(
-        self, kind: PromptKind, on_logps: Callable[[torch.Tensor], None] | None = None
-    ) -> Iterator[None]:
-        """The forwards inside read prompts of this kind; ``on_logps``: see the class."""
-        before = self.kind, self._on_logps
-        self.kind, self._on_logps = kind, on_logps
+    def prompts(self, kind: PromptKind) -> Iterator[None]:
+        """The forwards inside read prompts of this kind."""
+        before, self.kind = self.kind, kind
         try:
             yield
         finally:
-            self.kind, self._on_logps = before
+            self.kind = before
 
     def _per_row(self, reason: str) -> None:
         """None (TRL's per-row forward runs), the reason logged the first time."""
@@ -185,14 +163,6 @@ class PromptSharing:
             self._said.add(reason)
             logger.warning("prompt sharing (%s prompts): per-row forward, as %s", self.kind, reason)
         return None
-
-    def seen(self, out: LogpsAndEntropies) -> LogpsAndEntropies:
-        """Every forward's outputs pass here: the first one with gradient inside
-        ``prompts(..., on_logps=f)`` goes to ``f`` (once)."""
-        if self._on_logps is not None and torch.is_grad_enabled():
-            on_logps, self._on_logps = self._on_logps, None
-            on_logps(out[0])
-        return out
 
     def forward(
         self,
@@ -309,17 +279,21 @@ def prompt_length(tokenizer: Any, prompt: Any) -> int:
 
 
 def reachable_width(
-    cfg,
     prompts: list,
     tokenizer: Any,
     max_positions: int | None,
+    *,
+    max_completion_length: int,
+    bicc_context_ratio: float | None = None,
+    bicc_max_seq_len: int | None = None,
 ) -> int | None:
-    """The longest prompt + context + completion a run of ``cfg`` can give a forward: the
-    longest of ``prompts`` (text or chat messages, tokenized as TRL does; the first
+    """The longest prompt + context + completion a run can give a forward: the longest of
+    ``prompts`` (text or chat messages, tokenized as TRL does; the first
     :data:`WIDTH_SAMPLE`), plus BiCC's context budget at that prompt
-    (:func:`~contrastive_rlvr.algorithms.context_budget`) when BiCC is on, plus
-    ``max_completion_length``; capped at ``max_positions``. None without prompts or a
-    tokenizer (the probe then takes the first batch's width, and a longer batch's)."""
+    (:func:`~contrastive_rlvr.algorithms.context_budget`) when BiCC is on (a
+    ``bicc_context_ratio``), plus ``max_completion_length``; capped at ``max_positions``.
+    None without prompts or a tokenizer (the probe then takes the first batch's width, and
+    a longer batch's)."""
     from ..algorithms import context_budget
 
     if not prompts or tokenizer is None:
@@ -327,27 +301,25 @@ def reachable_width(
 
     longest = max(prompt_length(tokenizer, p) for p in prompts[:WIDTH_SAMPLE])
     context = 0
-    if cfg.bicc:
+    if bicc_context_ratio is not None:
         context = context_budget(
-            cfg.bicc_context_ratio,
+            bicc_context_ratio,
             longest_prompt=longest,
-            max_completion_length=cfg.max_completion_length,
-            max_seq_len=cfg.bicc_max_seq_len,
+            max_completion_length=max_completion_length,
+            max_seq_len=bicc_max_seq_len,
         )
-    width = longest + context + cfg.max_completion_length
+    width = longest + context + max_completion_length
     return min(width, max_positions) if max_positions else width
 
 
-def dataset_reachable_width(config, dataset, tokenizer, model) -> int | None:
-    """The longest forward a run of ``config`` on ``dataset`` can reach, for the shared
-    forward's probe (:func:`reachable_width` over the first :data:`WIDTH_SAMPLE` prompts);
-    None when the run shares no prompts or the dataset cannot be sampled (an iterable
-    one: the probe then follows the batches' widths)."""
-    if not (config.bicc and config.share_prefix) and not config.share_plain_prompt:
-        return None
+def dataset_reachable_width(dataset, tokenizer, model, **widths: Any) -> int | None:
+    """The longest forward a run on ``dataset`` can reach, for the shared forward's probe
+    (:func:`reachable_width` over the first :data:`WIDTH_SAMPLE` prompts, with its keyword
+    ``widths``); None when the dataset cannot be sampled (an iterable one: the probe then
+    follows the batches' widths)."""
     columns = getattr(dataset, "column_names", None) or ()
     if "prompt" not in columns or not hasattr(dataset, "select"):
         return None
     sample = dataset.select(range(min(WIDTH_SAMPLE, len(dataset))))
     positions = getattr(model.config, "max_position_embeddings", None)
-    return reachable_width(config, list(sample["prompt"]), tokenizer, positions)
+    return reachable_width(list(sample["prompt"]), tokenizer, positions, **widths)

@@ -40,6 +40,29 @@ _install_trl_script_layout()
 TRL_SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
 
 
+def prompt_sharing_of(config: Any, num_processes: int, dataset, tokenizer, model) -> Any:
+    """The run's :class:`~contrastive_rlvr.shared_forward.sharing.PromptSharing` from the
+    config's fields (``share_prefix`` counts with BiCC on), proven at the widest forward
+    its ``dataset`` can reach."""
+    from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
+
+    conditioned = bool(config.bicc and config.share_prefix)
+    sharing = PromptSharing(
+        conditioned=conditioned,
+        plain=config.share_plain_prompt,
+        gradient_checkpointing=config.gradient_checkpointing,
+        num_processes=num_processes,
+    )
+    if sharing.active:
+        sharing.max_width = dataset_reachable_width(
+            dataset, tokenizer, model,
+            max_completion_length=config.max_completion_length,
+            bicc_context_ratio=config.bicc_context_ratio if config.bicc else None,
+            bicc_max_seq_len=config.bicc_max_seq_len,
+        )  # fmt: skip
+    return sharing
+
+
 def sampling_settings(config: Any) -> dict[str, Any]:
     """What training samples with, as ``generate`` keywords: the sampling fields
     (``temperature``, ``top_p``, ``top_k``, ``min_p`` when set, ``repetition_penalty``),

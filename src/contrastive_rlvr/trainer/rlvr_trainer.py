@@ -18,10 +18,9 @@ from trl.trainer.utils import get_config_model_id
 
 from ..logs import follow_log_level
 from ..metrics import logged_name
-from ..shared_forward.sharing import PromptSharing, dataset_reachable_width
 from .batching import group_permutation, reorder_rows, split_rows
 from .callbacks import attach_project_callbacks
-from .config import RLVRConfig
+from .config import RLVRConfig, prompt_sharing_of
 from .epoch_sampler import EpochAlignedResume
 from .interrupts import WholeCheckpoints
 from .loss import LossContext, TransferProbe, build_loss
@@ -66,6 +65,7 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         self.loss_name = self.loss.name
         self.transfer_probe = TransferProbe.from_config(config)
         self.nonfinite_losses, self.skipped_updates, self._nonfinite_pending = 0, 0, False
+        self._on_logps = None  # what TRL's loss forward hands its log-probs to (_trl_loss)
         self._last_rewards_per_func: torch.Tensor | None = None
         self._skipped_rows: torch.Tensor | None = None  # (B_global,) of the last scoring
         self._aux_losses: list[torch.Tensor] = []
@@ -77,10 +77,8 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         self._adapter_reference = adapter and needs_reference(config)
         if self.ref_model is None and needs_reference(config) and not adapter:
             self.ref_model = frozen_copy(self)
-        self.prompt_sharing = PromptSharing.from_config(
-            config,
-            self.accelerator.num_processes,
-            dataset_reachable_width(config, self.train_dataset, self._tokenizer, self.model),
+        self.prompt_sharing = prompt_sharing_of(
+            config, self.accelerator.num_processes, self.train_dataset, self._tokenizer, self.model
         )
         self.prompt_sharing.prepare(self.model, "policy")
         self.prompt_sharing.prepare(self.ref_model, "reference")
@@ -94,7 +92,7 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
             skipped_rows=lambda: self._skipped_rows,
             progress=lambda: (self.state.global_step, self.state.max_steps),
         )
-        self.pipelines = build_stages(config, facts)
+        self.pipelines = build_stages(config, facts, self.loss.reads)
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
@@ -146,13 +144,20 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                 compute_aux_loss, **extra,
             )  # fmt: skip
-        return self.prompt_sharing.seen(shared)
+        if self._on_logps is not None and torch.is_grad_enabled():  # TRL's loss forward
+            on_logps, self._on_logps = self._on_logps, None
+            on_logps(shared[0])
+        return shared
 
     def _trl_loss(self, model, inputs: dict, *, conditioned=False, on_logps=None) -> torch.Tensor:
-        """TRL's ``_compute_loss``, its forward reading prompts of that kind (and ``on_logps``)."""
-        kind = "conditioned" if conditioned else "plain"
-        with self.prompt_sharing.prompts(kind, on_logps=on_logps):
-            return GRPOTrainer._compute_loss(self, model, inputs)
+        """TRL's ``_compute_loss``, its forward reading prompts of that kind; ``on_logps`` gets
+        that forward's log-probs (the hook above) before TRL reads the micro-batch."""
+        self._on_logps = on_logps
+        try:
+            with self.prompt_sharing.prompts("conditioned" if conditioned else "plain"):
+                return GRPOTrainer._compute_loss(self, model, inputs)
+        finally:
+            self._on_logps = None
 
     def _no_grad_logps(self, model: torch.nn.Module):
         def logps(*tensors: torch.Tensor, share_prefix: bool = False) -> torch.Tensor:
@@ -169,10 +174,6 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
             unwrapped = self.accelerator.unwrap_model(self.model)
             return adapter_reference(unwrapped, self._no_grad_logps(self.model))
         return None
-
-    def _process_rows(self, num_local: int) -> slice:
-        start = self.accelerator.process_index * num_local
-        return slice(start, start + num_local)
 
     def _log(self, mode: str, key: str, value: float | torch.Tensor) -> None:
         self._metrics[mode][key].append(float(value))  # TRL's log takes each key's mean
@@ -214,16 +215,6 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         self._last_rewards_per_func = checked.rewards
         return checked.rewards
 
-    def _total_rewards(self, mode: str) -> torch.Tensor:
-        """Weighted sum of the reward functions (B_global,).
-
-        Rows every reward function left unscored count 0 and are logged."""
-        per_func = self._last_rewards_per_func
-        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
-        unscorable = torch.isnan(per_func).all(dim=1)
-        self._log(mode, "reward/unscorable", unscorable.float().sum())
-        return (per_func * weights).nansum(dim=1)
-
     # ------------------------------------------------------------------ TRL hook: scoring
 
     def _trl_generate_and_score(self, rows: list[dict], mode: str) -> tuple[dict, torch.Tensor]:
@@ -231,7 +222,12 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         start = time.perf_counter()
         out = super()._generate_and_score_completions(rows)
         self._log(mode, "timing_s/generate_and_score", time.perf_counter() - start)
-        return out, self._total_rewards(mode)
+        # Rows every reward function left unscored count 0 and are logged.
+        per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+        unscorable = torch.isnan(per_func).all(dim=1)
+        self._log(mode, "reward/unscorable", unscorable.float().sum())
+        return out, (per_func * weights).nansum(dim=1)  # weighted sum (B_global,)
 
     def _generate_and_score_completions(self, inputs):
         """TRL hook: TRL generates and scores; the stages then set what the loss needs."""

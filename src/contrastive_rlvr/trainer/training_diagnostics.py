@@ -132,7 +132,8 @@ class TrainingDiagnostics(TrainerCallback):
         delta = self.trainer.last_batch_stats.get("delta")
         if delta is None:
             return None
-        return delta[self.trainer._process_rows(num_rows)]
+        start = self.trainer.accelerator.process_index * num_rows  # this process's rows
+        return delta[start : start + num_rows]
 
     def _log_gradient_variance(self, model, batch) -> None:
         trainer, cfg = self.trainer, self.trainer.args

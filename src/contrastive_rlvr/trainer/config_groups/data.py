@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ...errors import UserError
-from ...method_options import check, finite
+from ...method_options import check, check_choices, finite
 from ...rewards.extract import AnswerReading
-from ..reward_guards import NONFINITE_POLICIES
 from ..update_guards import DEFAULT_SNAPSHOT_BYTES
 
 #: Fields whose default is kept for the embedded model; setting them means a custom model.
@@ -22,8 +21,6 @@ CUSTOM_ONLY = {
     "last_number_fallback": AnswerReading.last_number_fallback,
     "heldout_reward": None,
 }
-#: What a run whose rewards never told completions apart does (docs/first-run.md).
-NO_SIGNAL_POLICIES = ("warn", "error")
 
 
 @dataclass
@@ -329,6 +326,17 @@ class DataOptions:
             self.resume = True
 
     def validate_data(self) -> None:
+        """The group's checks, by concern: the model and dataset named once, the rewards,
+        the held-out scoring and the run around it, the embedded task (every ``Literal``
+        field holds one of its choices)."""
+        check_choices(self, DataOptions)  # answer_format, nonfinite_rewards, embedded_*, ...
+        self._validate_names()
+        self._validate_rewards()
+        self._validate_run()
+        self._validate_embedded()
+
+    def _validate_names(self) -> None:
+        """``model`` / ``model_name_or_path`` and ``dataset`` / ``dataset_name``: one value."""
         named = getattr(self, "model_name_or_path", None)  # TRL's ModelConfig spelling
         if named is not None:
             check(
@@ -348,24 +356,23 @@ class DataOptions:
                 f"differs from dataset={self.dataset!r}; give one of the two",
             )
             self.dataset = self.dataset_name  # one spelling, TRL's or ours
-        check(
-            self.answer_format in ("auto", "gsm8k", "plain"),
-            "answer_format",
-            self.answer_format,
-            "choose auto, gsm8k or plain",
-        )
-        check(
-            self.no_learning_signal in NO_SIGNAL_POLICIES,
-            "no_learning_signal",
-            self.no_learning_signal,
-            f"choose one of {', '.join(NO_SIGNAL_POLICIES)}",
-        )
+
+    def _validate_rewards(self) -> None:
         check(
             self.heldout_reward is None or self.heldout_reward in self.rewards,
             "heldout_reward",
             self.heldout_reward,
             f"name one of rewards={self.rewards}",
         )
+        check(
+            math.isfinite(self.reward_timeout) and self.reward_timeout >= 0,
+            "reward_timeout",
+            self.reward_timeout,
+            "must be a number of seconds >= 0 (0: no limit)",
+        )
+
+    def _validate_run(self) -> None:
+        """The held-out scoring, resuming and the rollback copy."""
         self._take_resume_from_checkpoint()
         # merge_adapter without use_peft: a script may pass peft_config=LoraConfig(...) in
         # code; RLVRTrainer checks that an adapter is trained, the CLI's preflight that
@@ -379,6 +386,21 @@ class DataOptions:
             "must be >= 0 (0: no held-out scoring)",
         )
         check(
+            self.eval_limit is None or self.eval_limit >= 1,
+            "eval_limit",
+            self.eval_limit,
+            "must be >= 1 (or unset for all)",
+        )
+        check(
+            self.rollback_snapshot_max_bytes >= 0,
+            "rollback_snapshot_max_bytes",
+            self.rollback_snapshot_max_bytes,
+            "must be >= 0 (0: no rollback copy)",
+        )
+
+    def _validate_embedded(self) -> None:
+        """The embedded task's warm start, and no custom-data field with the embedded model."""
+        check(
             self.embedded_sft_steps is None or self.embedded_sft_steps >= 0,
             "embedded_sft_steps",
             self.embedded_sft_steps,
@@ -390,18 +412,6 @@ class DataOptions:
             self.embedded_sft_context_frac,
             "must be in [0, 1] (0: the plain warm start)",
         )
-        check(
-            self.embedded_sft_context_target in ("avoid", "reference"),
-            "embedded_sft_context_target",
-            self.embedded_sft_context_target,
-            "must be 'avoid' or 'reference'",
-        )
-        check(
-            self.embedded_sft_context_attempts in ("demonstrator", "sampled"),
-            "embedded_sft_context_attempts",
-            self.embedded_sft_context_attempts,
-            "must be 'demonstrator' or 'sampled'",
-        )
         reading = (self.embedded_sft_context_target, self.embedded_sft_context_attempts)
         check(
             self.embedded_sft_context_frac > 0 or reading == ("avoid", "demonstrator"),
@@ -409,30 +419,6 @@ class DataOptions:
             self.embedded_sft_context_frac,
             "must be > 0 when embedded_sft_context_target or embedded_sft_context_attempts "
             "is set (they shape the reading demonstrations, which a share of 0 leaves out)",
-        )
-        check(
-            self.eval_limit is None or self.eval_limit >= 1,
-            "eval_limit",
-            self.eval_limit,
-            "must be >= 1 (or unset for all)",
-        )
-        check(
-            self.nonfinite_rewards in NONFINITE_POLICIES,
-            "nonfinite_rewards",
-            self.nonfinite_rewards,
-            f"choose one of {', '.join(NONFINITE_POLICIES)}",
-        )
-        check(
-            math.isfinite(self.reward_timeout) and self.reward_timeout >= 0,
-            "reward_timeout",
-            self.reward_timeout,
-            "must be a number of seconds >= 0 (0: no limit)",
-        )
-        check(
-            self.rollback_snapshot_max_bytes >= 0,
-            "rollback_snapshot_max_bytes",
-            self.rollback_snapshot_max_bytes,
-            "must be >= 0 (0: no rollback copy)",
         )
         if self.model == "embedded":
             for name, default in CUSTOM_ONLY.items():

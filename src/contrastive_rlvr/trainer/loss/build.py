@@ -10,7 +10,14 @@ import torch
 
 from ...algorithms import Recipe, token_method_loss
 from ..trl_settings import uses_trl_loss
-from .context import LossContext, Metrics, PolicyLogps, old_logps, without_tool_tokens
+from .context import (
+    OPTIONAL_READS,
+    LossContext,
+    Metrics,
+    PolicyLogps,
+    old_logps,
+    without_tool_tokens,
+)
 from .corrections import (
     RCC_REFERENCE_KEY,
     LossTimeRCC,
@@ -19,12 +26,19 @@ from .corrections import (
     rcc_advantages_of,
 )
 from .distill import DistillLoss
-from .objectives import ContrastiveObjective, PolicyObjective, oc_options, reco_options
+from .objectives import (
+    RECO_READS,
+    ContrastiveObjective,
+    PolicyObjective,
+    oc_options,
+    reco_options,
+)
 
 
 class Loss:
     """The policy log-prob pass then the objective. ``entropy``: the objective reads the
-    pass's per-token entropies (ReCo's entropy factor) as ``policy_entropy``."""
+    pass's per-token entropies (ReCo's entropy factor) as ``policy_entropy``. ``reads``:
+    the batch entries it reads, checked against the stages' writes when they are built."""
 
     def __init__(
         self,
@@ -36,6 +50,9 @@ class Loss:
         self.logps, self.objective, self.entropy = logps, objective, entropy
         self.name = objective.name
         self.plain_logps = PolicyLogps(conditioned=False)
+        # RCC's sampling delta under BiCC reads the plain prompt's pi_old (rcc_delta).
+        self.reads = (*logps.reads, *objective.reads, *OPTIONAL_READS)
+        self.reads += ("data.plain_old_per_token_logps?",)
 
     def rcc_delta(
         self,
@@ -116,6 +133,11 @@ class TRLLoss:
         self.recipe, self.rcc, self.eps = recipe, rcc, eps
         # The prompt the policy reads (the diagnostics' per-row gradients use the same one).
         self.logps = PolicyLogps(conditioned=conditioned)
+        self.reads = (
+            *self.logps.reads, "data.advantages", "data.num_items_in_batch",
+            "data.old_per_token_logps?", "data.ref_per_token_logps?", *OPTIONAL_READS,
+            *SamplingCorrection.reads, *(rcc.reads if rcc else ()),
+        )  # fmt: skip
 
     def __call__(
         self, model, inputs: dict, ctx: LossContext, *, watch=None
@@ -164,6 +186,7 @@ class MixedLoss(Loss):
     ) -> None:
         super().__init__(PolicyLogps(conditioned=True), objective, entropy=entropy)
         self.mix = mix
+        self.reads += (*self.plain_logps.reads, "data.plain_ref_per_token_logps?")
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
         plain_logp, plain_inputs = self.policy_pass(self.plain_logps, model, inputs, ctx)
@@ -236,9 +259,10 @@ def _policy_objective(
     name, defaults = token_method_loss(
         cfg.recipe, verigate=cfg.verigate, reco=cfg.reco, oc_grpo=cfg.oc_grpo
     )
-    extra = None
+    extra, reads = None, ()
     if cfg.reco:
         extra = reco_options(cfg.reco_factor_norm, cfg.reco_factor, vocab_size)
+        reads = RECO_READS
     elif cfg.oc_grpo:
         extra = oc_options(cfg.oc_max_weight, cfg.oc_weight_level)
     return PolicyObjective(
@@ -254,4 +278,5 @@ def _policy_objective(
         rcc=rcc,
         extra=extra,
         correction=SamplingCorrection.from_config(cfg),
+        extra_reads=reads,
     )

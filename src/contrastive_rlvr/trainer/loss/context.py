@@ -12,6 +12,8 @@ from typing import Any
 import torch
 
 Metrics = dict[str, torch.Tensor]
+#: What every loss reads when the batch has it: TRL's tool mask, OC-GRPO's guided rows.
+OPTIONAL_READS = ("data.tool_mask?", "data.oc_guided?", "data.oc_sampling_logps?")
 
 
 @dataclass
@@ -28,8 +30,8 @@ class LossContext:
         progress: training progress in [0, 1] (ConSPO's margin schedule).
         trl_loss: ``(model, inputs, conditioned=False, on_logps=None) -> loss``, TRL's
             ``_compute_loss`` (for :class:`TRLLoss`), its forward told whether the prompts
-            are conditioned; ``on_logps(logps)`` is called with its policy forward's
-            log-probs (B, T) before TRL reads the advantages.
+            are conditioned; the trainer's log-prob hook calls ``on_logps(logps)`` with
+            its policy forward's log-probs (B, T) before TRL reads the advantages.
     """
 
     logps: Callable[..., torch.Tensor]
@@ -48,6 +50,8 @@ class PolicyLogps:
         self.conditioned = conditioned
         prefix = "bicc_" if conditioned else ""
         self.keys = (f"{prefix}prompt_ids", f"{prefix}prompt_mask")
+        #: The batch entries the pass reads, named as the stages' ``reads``.
+        self.reads = tuple(f"data.{k}" for k in (*self.keys, "completion_ids", "completion_mask"))
 
     def __call__(
         self, model: torch.nn.Module, inputs: dict, ctx: LossContext, *, entropy: bool = False

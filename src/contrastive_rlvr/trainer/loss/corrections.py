@@ -6,6 +6,7 @@ vLLM's importance-sampling correction with the off-policy mask
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -58,6 +59,8 @@ class LossTimeRCC:
       the stage's advantages stand (:meth:`delta` gives None).
     """
 
+    #: The batch entries RCC at loss time reads.
+    reads: ClassVar = ("data.rewards", "data.rcc_ref_per_token_logps?")
     coef: float
     reduce: str
     bound: str = "reward_range"
@@ -111,6 +114,11 @@ class SamplingCorrection:
         mask_threshold: ``off_policy_mask_threshold`` (None: no mask).
     """
 
+    #: The batch entries the correction reads (TRL's and BiCC's, each when present).
+    reads: ClassVar = (
+        "data.importance_sampling_ratio?", "data.sampling_per_token_logps?",
+        "data.bicc_mask_sampling_shift?", "data.bicc_mask_old_per_token_logps?",
+    )  # fmt: skip
     importance_sampling: bool
     mask_threshold: float | None
 

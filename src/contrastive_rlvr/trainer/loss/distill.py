@@ -35,6 +35,7 @@ class DistillLoss:
         self.is_clip, self.max_gap = is_clip, max_gap
         self.name = base.name
         self.logps = base.logps  # the plain prompt's pass (diagnostics read it)
+        self.reads = (*base.reads, "data.bicc_teacher_logps", "data.bicc_taught")
 
     def __call__(self, model, inputs: dict, ctx: LossContext) -> tuple[torch.Tensor, Metrics]:
         if "bicc_teacher_logps" not in inputs:

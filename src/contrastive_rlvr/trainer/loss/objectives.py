@@ -23,6 +23,12 @@ from ...algorithms import (
 from .context import LossContext, Metrics, old_logps
 from .corrections import LossTimeRCC, SamplingCorrection, rcc_advantages_of
 
+#: The batch entries ReCo's options read (the stage's weights and normalisers).
+RECO_READS = (
+    "data.reco_weights", "data.reco_weight_sum", "data.reco_weighted_tokens",
+    "data.reco_variance_mean?",
+)  # fmt: skip
+
 
 def reco_options(
     factor_norm: str, factor: str = "variance", vocab_size: int | None = None
@@ -79,8 +85,15 @@ class PolicyObjective:
         rcc: LossTimeRCC | None = None,
         extra: Callable[[dict, LossContext], dict] | None = None,
         correction: SamplingCorrection | None = None,
+        extra_reads: tuple[str, ...] = (),
     ) -> None:
         self.name, self.recipe, self.accepted = name, recipe, loss_option_names(name)
+        normaliser = ("data.num_items_in_batch",) if "num_tokens" in self.accepted else ()
+        self.reads = (
+            "data.completion_ids", "data.completion_mask", "data.advantages",
+            "data.old_per_token_logps?", "data.ref_per_token_logps?", *normaliser,
+            *extra_reads, *(rcc.reads if rcc else ()), *(correction.reads if correction else ()),
+        )  # fmt: skip
         self.correction = correction
         self.per_row = get_policy_loss(name).per_row_advantages_only
         self.fixed: dict[str, Any] = {**defaults, "beta": beta}
@@ -154,6 +167,11 @@ class ContrastiveObjective:
     ) -> None:
         self.tau, self.max_margin, self.warmup = tau, max_margin, warmup
         self.threshold, self.rcc, self.correction = threshold, rcc, correction
+        self.reads = (
+            "data.completion_mask", "data.rewards", "data.conspo_groups",
+            "data.conspo_baseline?", "data.old_per_token_logps?",
+            *(rcc.reads if rcc else ()), *(correction.reads if correction else ()),
+        )  # fmt: skip
 
     def __call__(
         self,

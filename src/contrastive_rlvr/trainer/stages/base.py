@@ -123,20 +123,22 @@ class Stage(Protocol):
 class Pipeline:
     """Stages run in order on each generation batch; each timed as ``timing_s/<name>``.
 
-    Built once; checks that every stage reads only what TRL or an earlier stage
-    provides (optional reads end in ``?``)."""
+    Built once; checks that every stage, and then the loss (``loss_reads``, the loss
+    object's ``reads``), reads only what TRL or an earlier stage provides (optional reads
+    end in ``?``)."""
 
-    def __init__(self, stages: Sequence[Stage]) -> None:
+    def __init__(self, stages: Sequence[Stage], loss_reads: Sequence[str] = ()) -> None:
         self.stages = list(stages)
         available = set(TRL_ENTRIES)
-        for stage in self.stages:
-            missing = [r for r in stage.reads if not r.endswith("?") and r not in available]
+        readers = [(f"stage {s.name!r}", s.reads, s.writes) for s in self.stages]
+        for reader, reads, writes in [*readers, ("the loss", loss_reads, ())]:
+            missing = [r for r in reads if not r.endswith("?") and r not in available]
             if missing:
                 raise ValueError(
-                    f"stage {stage.name!r} reads {missing}, which no earlier stage writes "
+                    f"{reader} reads {missing}, which no earlier stage writes "
                     f"(stages: {self.names})"
                 )
-            available.update(stage.writes)
+            available.update(writes)
 
     @property
     def names(self) -> list[str]:

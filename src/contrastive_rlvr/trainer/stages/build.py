@@ -89,8 +89,9 @@ def rcc_delta_pass_reason(cfg, group_size: int) -> str | None:
     return None
 
 
-def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
-    """The training and evaluation pipelines (evaluation does not sample again).
+def build_stages(cfg, facts: RunFacts, loss_reads: Sequence[str] = ()) -> dict[str, Pipeline]:
+    """The training and evaluation pipelines (evaluation does not sample again), each
+    checked to give the loss what it reads (``loss_reads``: the loss object's ``reads``).
 
     In the order of the papers' step: sample again where a group carries no signal
     (OC-GRPO's hinted round, DAPO's dynamic sampling), take the rows' rewards, the
@@ -128,8 +129,8 @@ def build_stages(cfg, facts: RunFacts) -> dict[str, Pipeline]:
     )
     eval_stages = [passes["eval"] if s is passes.get("train") else s for s in stages]
     return {
-        "train": Pipeline(skip + resample + restore + stages),
-        "eval": Pipeline(skip + eval_stages),
+        "train": Pipeline(skip + resample + restore + stages, loss_reads),
+        "eval": Pipeline(skip + eval_stages, loss_reads),
     }
 
 
