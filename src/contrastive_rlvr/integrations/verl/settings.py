@@ -1,10 +1,13 @@
-"""The start checks of ``crlvr_sync``: every combination its hooks cannot run is refused,
-naming the setting, before any worker starts (docs/scale-out.md, "Refused at start"), and
-the rules the hooks and the checks share (which passes BiCC recomputes, token limits).
+"""The start checks of the ``crlvr_*`` trainers: every combination their hooks cannot run
+is refused, naming the setting, before Ray starts (:mod:`.launch`) and again before any
+worker starts (docs/scale-out.md, "Refused at start"), and the rules the hooks and the
+checks share (which passes BiCC recomputes, token limits).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import DictConfig
@@ -12,13 +15,31 @@ from verl.trainer.ppo.utils import need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass
 
 from ...algorithms import context_budget
-from ...method_options import SHARED_GROUPS, check_field_types
+from ...method_options import check_choices, check_field_types, literal_fields
 from .advantages import ESTIMATORS, EstimatorSpec
-from .config import WHERE, CrlvrPolicyLossConfig, refuse_renamed
+from .config import VERL_GROUPS, WHERE, CrlvrPolicyLossConfig, refuse_renamed
 from .groups import check_conspo_layout
 from .losses import PREFIX, is_contrastive_loss
 
 TRAINER_NAME = "crlvr_sync"
+#: The project's trainers by verl registry name -> the verl v1 mode each one runs in.
+TRAINER_MODES = {
+    TRAINER_NAME: "sync",
+    "crlvr_colocate_async": "colocate_async",
+    "crlvr_separate_async": "separate_async",
+}
+#: The modes whose rollouts may be weight versions old.
+ASYNC_TRAINERS = ("crlvr_colocate_async", "crlvr_separate_async")
+
+
+def trainer_name(config: DictConfig) -> str:
+    """The run's ``trainer.v1.trainer_mode`` (verl's default ``sync`` when unset)."""
+    return str((config.get("trainer", None) or {}).get("v1", {}).get("trainer_mode", "sync"))
+
+
+def is_async(config: DictConfig) -> bool:
+    """Whether the run's trainer is one of the project's asynchronous ones."""
+    return trainer_name(config) in ASYNC_TRAINERS
 
 
 def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
@@ -29,14 +50,28 @@ def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
     section = config.actor_rollout_ref.actor.policy_loss
     if str(section.get("_target_", "")).endswith("CrlvrPolicyLossConfig"):
         refuse_renamed(section.keys())
-        # before Hydra wraps the same error in its own lines: bicc: "false" is a string
-        check_field_types(section, SHARED_GROUPS, WHERE)
+        # before Hydra wraps the same error in its own lines: bicc: "false" is a string,
+        # rcc_offpolicy: sometimes is no choice
+        check_field_types(section, VERL_GROUPS, WHERE)
+        for group in VERL_GROUPS:
+            check_choices(_choices_view(section, group), group, WHERE)
     loss_cfg = omega_conf_to_dataclass(section)
     return loss_cfg if isinstance(loss_cfg, CrlvrPolicyLossConfig) else CrlvrPolicyLossConfig()
 
 
+def _choices_view(section: Any, group: type) -> SimpleNamespace:
+    """The ``Literal`` fields of ``group`` as the YAML section sets them (the group's default
+    where it does not), for :func:`check_choices` before any dataclass is built."""
+    defaults = {f.name: f.default for f in dataclasses.fields(group)}
+    return SimpleNamespace(
+        **{name: section.get(name, defaults[name]) for name in literal_fields(group)}
+    )
+
+
 def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
-    """Validate a verl config for ``crlvr_sync``; return our hyperparameters.
+    """Validate a verl config for a ``crlvr_*`` trainer; return our hyperparameters.
+
+    Also the stale-rollout choices of :func:`.staleness.check_staleness`.
 
     Raises ``ValueError`` naming the setting when ConSPO's loss and estimator
     are not paired, when RCC has no reference policy, when ConSPO's micro-batches
@@ -86,7 +121,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
         # verl reads it in its legacy RayPPOTrainer only; the v1 engine workers ignore it.
         raise ValueError(
             "actor_rollout_ref.actor.use_prefix_grouper=True does nothing under "
-            f"trainer.v1.trainer_mode={TRAINER_NAME} (verl's v1 engine workers do not read "
+            f"trainer.v1.trainer_mode={trainer_name(config)} (verl's v1 engine workers do not read "
             "it); set it to false (docs/scale-out.md)"
         )
     options = crlvr_options(config)
@@ -99,6 +134,9 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
     if options.bicc:
         check_bicc_token_limits(config, options)
         check_bicc_distill(config, options)
+    from .staleness import check_staleness  # it reads this module's rules
+
+    check_staleness(config, options)
     return options
 
 
