@@ -76,7 +76,7 @@ def sequence_log_weights(proximal: Tensor, sampler: Tensor, mask: Tensor, stale:
     return torch.where(stale, diff, torch.zeros_like(diff))
 
 
-def _weighted_baseline(
+def group_weighted_baseline(
     g: int, rewards: Tensor, delta: Tensor, log_w: Tensor, coef: float, bound: str
 ) -> Tensor:
     """``b*_w`` of each row of groups of size ``g`` (module docstring); (B_g,) in, out."""
@@ -107,7 +107,7 @@ def weighted_rcc_baselines(
     one gets 0. rewards, delta, log_weights: (B,). index: B group ids."""
     return grouped_apply(
         index,
-        lambda g, r, d, lw: _weighted_baseline(g, r, d, lw, coef, bound),
+        lambda g, r, d, lw: group_weighted_baseline(g, r, d, lw, coef, bound),
         rewards.float(),
         delta.float(),
         log_weights.float(),
