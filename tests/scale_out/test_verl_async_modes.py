@@ -316,6 +316,12 @@ def test_the_update_divides_by_the_samplers_log_probs_then_they_go_back(recipes,
 
 
 CONSISTENT = {PL + "bicc_form": "conditioned", PL + "bicc_ratio_mode": "consistent"}
+#: A standalone rollout pool with a checkpoint engine that can reach it (separate_async).
+POOL = {
+    "actor_rollout_ref.rollout.nnodes": 1,
+    "actor_rollout_ref.rollout.n_gpus_per_node": 8,
+    "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+}
 
 
 @pytest.mark.parametrize(
@@ -324,7 +330,7 @@ CONSISTENT = {PL + "bicc_form": "conditioned", PL + "bicc_ratio_mode": "consiste
         ("grpo_bicc_rcc", {MODE: "crlvr_colocate_async", SAMPLER: False}, f"{SAMPLER}=true"),
         (
             "grpo_bicc_rcc",
-            {MODE: "crlvr_separate_async", SAMPLER: True, **CONSISTENT},
+            {MODE: "crlvr_separate_async", **POOL, SAMPLER: True, **CONSISTENT},
             "bicc_ratio_mode='consistent' takes the ratio's denominator",
         ),
         (
@@ -338,6 +344,22 @@ CONSISTENT = {PL + "bicc_form": "conditioned", PL + "bicc_ratio_mode": "consiste
             "rcc_offpolicy='importance_weighted' weighs stale rows",
         ),
         ("conspo_rcc", {PL + "stale_ratio": "sampler"}, "reads no old log-probs"),
+        # 128 prompts = parameter_sync_step 4 (verl's default) x 32 holds; 3 does not
+        (
+            "grpo_bicc_rcc",
+            {MODE: "crlvr_separate_async", f"trainer.v1.{SEPARATE}.parameter_sync_step": 3},
+            "must equal trainer.v1.separate_async.parameter_sync_step=3",
+        ),
+        ("grpo_bicc_rcc", {MODE: "crlvr_separate_async"}, "rollout.nnodes > 0"),
+        (
+            "grpo_bicc_rcc",
+            {
+                MODE: "crlvr_separate_async",
+                **POOL,
+                "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive",
+            },
+            "not naive",
+        ),
         ("grpo_bicc_rcc", {PL + "rcc_offpolicy": "sometimes"}, "rcc_offpolicy"),
     ],
 )
@@ -354,8 +376,8 @@ def test_stale_choices_the_run_cannot_honour_are_refused(recipes, name, override
     "overrides",
     [
         {MODE: "crlvr_colocate_async", SAMPLER: True},
-        {MODE: "crlvr_separate_async", SAMPLER: True},
-        {MODE: "crlvr_separate_async", SAMPLER: True, PL + "stale_ratio": "proximal", **CONSISTENT},
+        {MODE: "crlvr_separate_async", **POOL},
+        {MODE: "crlvr_separate_async", **POOL, PL + "stale_ratio": "proximal", **CONSISTENT},
         {
             MODE: "crlvr_colocate_async",
             SAMPLER: False,

@@ -50,8 +50,40 @@ def stale_ratio(config: DictConfig, options: CrlvrPolicyLossConfig) -> str | Non
     return "sampler" if is_async(config) else "proximal"
 
 
+def check_separate_layout(config: DictConfig) -> None:
+    """``crlvr_separate_async``: what verl's ``PPOTrainerSeparateAsync`` asserts in its
+    ``__init__`` (inside Ray's task runner), refused here in one line before Ray starts."""
+    if str(config.trainer.v1.get("trainer_mode", "")) != "crlvr_separate_async":
+        return
+    sync_steps = int(config.trainer.v1.separate_async.parameter_sync_step)
+    mini, batch = (
+        int(config.actor_rollout_ref.actor.ppo_mini_batch_size),
+        int(config.data.train_batch_size),
+    )
+    if batch != sync_steps * mini:
+        raise ValueError(
+            f"data.train_batch_size={batch} must equal trainer.v1.separate_async."
+            f"parameter_sync_step={sync_steps} x actor_rollout_ref.actor.ppo_mini_batch_size="
+            f"{mini} in trainer.v1.trainer_mode=crlvr_separate_async"
+        )
+    rollout = config.actor_rollout_ref.rollout
+    for key in ("nnodes", "n_gpus_per_node"):
+        if int(rollout.get(key, 0) or 0) <= 0:
+            raise ValueError(
+                f"crlvr_separate_async generates on its own pool: set "
+                f"actor_rollout_ref.rollout.{key} > 0"
+            )
+    if str(rollout.checkpoint_engine.backend) == "naive":
+        raise ValueError(
+            "crlvr_separate_async pushes weights to a pool of its own: set "
+            "actor_rollout_ref.rollout.checkpoint_engine.backend (nccl, nixl, ...), not naive"
+        )
+
+
 def check_staleness(config: DictConfig, options: CrlvrPolicyLossConfig) -> None:
-    """Refuse, naming the setting, a stale-rollout choice the run cannot honour."""
+    """Refuse, naming the setting, a stale-rollout choice the run cannot honour (and a
+    ``crlvr_separate_async`` layout verl would assert on, :func:`check_separate_layout`)."""
+    check_separate_layout(config)
     loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
     has_sampler = bool(config.actor_rollout_ref.rollout.get("calculate_log_probs", False))
     if options.stale_ratio is not None and is_contrastive_loss(loss_mode):
