@@ -361,6 +361,17 @@ POOL = {
             "not naive",
         ),
         ("grpo_bicc_rcc", {PL + "rcc_offpolicy": "sometimes"}, "rcc_offpolicy"),
+        # a choice away from its default for a method the run does not use
+        (
+            "grpo_bicc_rcc",
+            {"algorithm.adv_estimator": "crlvr_grpo", PL + "rcc_offpolicy": "as_sampled"},
+            "rcc_offpolicy='as_sampled' has nothing to act on",
+        ),
+        (
+            "grpo_bicc_rcc",
+            {PL + "conspo_mixed_versions": "refuse"},
+            "conspo_mixed_versions='refuse' has nothing to act on",
+        ),
     ],
 )
 def test_stale_choices_the_run_cannot_honour_are_refused(recipes, name, overrides, message):

@@ -112,7 +112,20 @@ def check_staleness(config: DictConfig, options: CrlvrPolicyLossConfig) -> None:
             "set one of them otherwise"
         )
     estimator = ESTIMATORS.get(config.algorithm.adv_estimator)
-    if estimator is None or not estimator.needs_ref or not is_async(config):
+    rcc = estimator is not None and estimator.needs_ref
+    conspo = estimator is not None and estimator.contrastive
+    # a choice set away from its default for a method the run does not use would do nothing
+    if options.rcc_offpolicy != "importance_weighted" and not rcc:
+        raise ValueError(
+            f"{WHERE}rcc_offpolicy={options.rcc_offpolicy!r} has nothing to act on: "
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator!r} is no RCC estimator"
+        )
+    if options.conspo_mixed_versions != "allow" and not conspo:
+        raise ValueError(
+            f"{WHERE}conspo_mixed_versions={options.conspo_mixed_versions!r} has nothing to "
+            f"act on: algorithm.adv_estimator={config.algorithm.adv_estimator!r} is not ConSPO's"
+        )
+    if not rcc or not is_async(config):
         return
     if options.rcc_offpolicy == "refuse":
         raise ValueError(
