@@ -20,26 +20,15 @@ from .advantages import ESTIMATORS, EstimatorSpec
 from .config import VERL_GROUPS, WHERE, CrlvrPolicyLossConfig, refuse_renamed
 from .groups import check_conspo_layout
 from .losses import PREFIX, is_contrastive_loss
-
-TRAINER_NAME = "crlvr_sync"
-#: The project's trainers by verl registry name -> the verl v1 mode each one runs in.
-TRAINER_MODES = {
-    TRAINER_NAME: "sync",
-    "crlvr_colocate_async": "colocate_async",
-    "crlvr_separate_async": "separate_async",
-}
-#: The modes whose rollouts may be weight versions old.
-ASYNC_TRAINERS = ("crlvr_colocate_async", "crlvr_separate_async")
-
-
-def trainer_name(config: DictConfig) -> str:
-    """The run's ``trainer.v1.trainer_mode`` (verl's default ``sync`` when unset)."""
-    return str((config.get("trainer", None) or {}).get("v1", {}).get("trainer_mode", "sync"))
-
-
-def is_async(config: DictConfig) -> bool:
-    """Whether the run's trainer is one of the project's asynchronous ones."""
-    return trainer_name(config) in ASYNC_TRAINERS
+from .modes import (  # noqa: F401  (re-exported: the trainer and the tests read them here)
+    ASYNC_TRAINERS,
+    TRAINER_MODES,
+    TRAINER_NAME,
+    is_async,
+    rollout_correction,
+    trainer_name,
+)
+from .stale_checks import check_staleness, recomputes_old_log_probs
 
 
 def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
@@ -108,7 +97,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
                 f"algorithm.adv_estimator={estimator.name!r} does not support "
                 "algorithm.use_kl_in_reward=True; use actor.use_kl_loss for the KL term"
             )
-    check_rollout_correction(config, estimator, loss_mode)
+    checkrollout_correction(config, estimator, loss_mode)
     if contrastive:
         check_conspo_layout(
             group_size=int(config.actor_rollout_ref.rollout.n),
@@ -126,7 +115,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
         )
     options = crlvr_options(config)
     if recomputes_old_log_probs(config, options):
-        if _rollout_correction(config).get("bypass_mode", False):
+        if rollout_correction(config).get("bypass_mode", False):
             raise ValueError(
                 "policy_loss.bicc_ratio_mode='consistent' recomputes the old log-probs on the "
                 "conditioned prompt; it cannot run with algorithm.rollout_correction.bypass_mode"
@@ -134,8 +123,6 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
     if options.bicc:
         check_bicc_token_limits(config, options)
         check_bicc_distill(config, options)
-    from .staleness import check_staleness  # it reads this module's rules
-
     check_staleness(config, options)
     return options
 
@@ -178,11 +165,7 @@ def check_loss_mode(loss_mode: object, registered: Any = None) -> None:
     )
 
 
-def _rollout_correction(config: DictConfig) -> Any:
-    return config.algorithm.get("rollout_correction", None) or {}
-
-
-def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None, loss_mode: str):
+def checkrollout_correction(config: DictConfig, estimator: EstimatorSpec | None, loss_mode: str):
     """Refuse the vLLM rollout corrections a ``crlvr_*`` estimator or loss cannot take.
 
     - IS weights / rejection sampling with an estimator ``crlvr_sync`` computes itself
@@ -192,7 +175,7 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
     - bypass mode with RCC: old_log_probs become vLLM's rollout log-probs, so delta
       would be ``log pi_vllm - log pi_ref``, not the policy's shift.
     """
-    correction = _rollout_correction(config)
+    correction = rollout_correction(config)
     own = estimator is not None and (estimator.needs_ref or estimator.contrastive)
     if own and (correction.get("rollout_is") or correction.get("rollout_rs")):
         raise ValueError(
@@ -212,18 +195,6 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
             "makes them vLLM's rollout log-probs, so delta would not be the policy's shift; "
             "set bypass_mode=false"
         )
-
-
-def recomputes_old_log_probs(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
-    """Whether the actor update recomputes the old log-probs on the conditioned prompt:
-    BiCC's ``consistent`` ratio mode, except under ConSPO's loss, which reads no old
-    log-probs (no ratio; the same update in either mode, without the extra pass)."""
-    loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
-    return (
-        options.bicc
-        and options.bicc_ratio_mode == "consistent"
-        and not is_contrastive_loss(loss_mode)
-    )
 
 
 def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
