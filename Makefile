@@ -38,8 +38,9 @@ test: $(STAMP) $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m "not slow" -p no:cacheprovider tests/scale_out/
 
 # The shipped verl recipes through verl's own `main_ppo`, Ray and FSDP2 workers on CPU
-# (tests/scale_out/test_verl_real_workers.py, tests/verl_cpu.py): 6 runs, 14-35 minutes on a
-# shared 2-core machine (docs/scale-out.md), so not part of `make test`; CI runs it after.
+# (tests/scale_out/test_verl_real_workers.py, tests/verl_cpu.py): 10 runs (4 of them in
+# verl's asynchronous modes, about 5.5 minutes), 12-40 minutes on a shared 2-core machine
+# (docs/scale-out.md), so not part of `make test`; CI runs it after.
 test-verl-real: $(VERL_STAMP)
 	OMP_NUM_THREADS=1 $(VERL_PY) -m pytest -q -m verl_real -p no:cacheprovider \
 		tests/scale_out/test_verl_real_workers.py

@@ -22,6 +22,12 @@ registers into verl's own registries:
   ``cuda`` ones (``VERL_ENGINE_DEVICE=cuda``, set by the test: they are
   registered for cuda and npu only; the engine itself runs on the CPU device).
 
+- a checkpoint engine ``cpu_kv`` in verl's checkpoint-engine registry, for verl's
+  ``separate_async`` mode (which refuses the in-process ``naive`` one: its rollout
+  replicas run apart from the trainer): the actor's rank 0 puts the full weights of a
+  version in Ray's internal key-value store, every rollout worker reads that version
+  (verl's GPU backends, NCCL and others, need an accelerator).
+
 The rollout honours ``rollout.load_format``: with ``dummy`` the server starts
 from random weights, so a rollout whose log-probs match the actor's shows that
 the actor's weights reached it (nothing else could make them match).
@@ -452,9 +458,12 @@ def _register_rollout() -> None:
                 raise NotImplementedError(
                     f"the hf rollout takes named tensors, not {wire_format!r}"
                 )
+            from verl.workers.rollout.utils import ensure_async_iterator
+
             named = {}
-            # every rank walks the generator: gathering a sharded tensor is a collective
-            for name, tensor in weights:
+            # every rank walks the generator: gathering a sharded tensor is a collective;
+            # a checkpoint engine's receive_weights is an async one (separate_async)
+            async for name, tensor in ensure_async_iterator(weights):
                 if hasattr(tensor, "full_tensor"):
                     tensor = tensor.full_tensor()
                 named[name] = tensor.detach().to("cpu", torch.float32).clone()
@@ -467,5 +476,58 @@ def _register_rollout() -> None:
     RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFReplica)
 
 
+def _register_checkpoint_engine() -> None:
+    import asyncio
+    import pickle
+
+    from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
+
+    def key(global_steps: int | None) -> bytes:
+        return f"verl_cpu/weights/{global_steps}".encode()
+
+    class KVCheckpointEngine(CheckpointEngine):
+        """Weights through Ray's internal key-value store, one entry per version."""
+
+        def __init__(self, bucket_size: int = 0, is_master: bool = False, **_: Any) -> None:
+            self.is_master = is_master
+
+        def prepare(self) -> dict[str, Any]:
+            return {}
+
+        @classmethod
+        def build_topology(cls, actor_wg_world_size, rollout_world_size, metadata):
+            return {"rank": list(range(actor_wg_world_size))}, {"rank": [-1] * rollout_world_size}
+
+        def init_process_group(self, rank: int = -1, **_: Any) -> None:
+            self.rank = rank
+
+        def finalize(self) -> None:
+            return None
+
+        async def send_weights(self, weights, global_steps=None):
+            from ray.experimental import internal_kv
+
+            named = {}
+            # every rank walks the generator: gathering a sharded tensor is a collective
+            for name, tensor in weights:
+                if hasattr(tensor, "full_tensor"):
+                    tensor = tensor.full_tensor()
+                named[name] = tensor.detach().to("cpu", torch.float32).clone()
+            if self.is_master:
+                internal_kv._internal_kv_put(key(global_steps), pickle.dumps(named), overwrite=True)
+            return {}
+
+        async def receive_weights(self, global_steps=None):
+            from ray.experimental import internal_kv
+
+            while (blob := internal_kv._internal_kv_get(key(global_steps))) is None:
+                await asyncio.sleep(0.05)  # the actor's send runs concurrently
+            for name, tensor in pickle.loads(blob).items():
+                yield name, tensor
+
+    CheckpointEngineRegistry._registry.setdefault("cpu_kv", KVCheckpointEngine)
+
+
 _register_platform()
 _register_rollout()
+_register_checkpoint_engine()

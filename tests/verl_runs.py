@@ -66,10 +66,37 @@ def build_task(root: Path, *, train_rows: int = 64, val_rows: int = 8) -> dict[s
     }
 
 
-def devices(ranks: int) -> list[str]:
-    """Devices and the rollout backend: one node of ``ranks`` logical GPUs on the CPU, the
-    transformers rollout (random weights until the actor's first sync), its log-probs
-    returned so they can be compared with the actor's."""
+#: What each of the project's asynchronous modes needs on this CPU, besides the mode: verl's
+#: ``separate_async`` trains on ``trainer.n_gpus_per_node`` logical GPUs and generates on
+#: its own pool (one more logical GPU), takes the weights through a checkpoint engine that
+#: is not the in-process one (:mod:`verl_cpu`'s ``cpu_kv``), and splits a step's prompts
+#: into ``parameter_sync_step`` mini-batches of ``ppo_mini_batch_size`` each (4 = 2 x 2).
+ASYNC_MODES = {
+    "crlvr_colocate_async": [],
+    "crlvr_separate_async": [
+        "trainer.v1.separate_async.parameter_sync_step=2",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_kv",
+    ],
+}
+
+
+def mode_overrides(mode: str) -> list[str]:
+    """The overrides that select ``mode`` (a ``crlvr_*`` trainer) on this CPU."""
+    return [f"trainer.v1.trainer_mode={mode}", *ASYNC_MODES.get(mode, [])]
+
+
+def rollout_gpus(mode: str) -> int:
+    """Logical GPUs the mode's standalone rollout pool takes (``separate_async``: 1)."""
+    return 1 if mode == "crlvr_separate_async" else 0
+
+
+def devices(ranks: int, rollout: int = 0) -> list[str]:
+    """Devices and the rollout backend: one node of ``ranks`` logical GPUs on the CPU (and
+    ``rollout`` more for a standalone rollout pool), the transformers rollout (random
+    weights until the actor's first sync), its log-probs returned so they can be compared
+    with the actor's."""
     return [
         "trainer.nnodes=1",
         f"trainer.n_gpus_per_node={ranks}",
@@ -82,7 +109,7 @@ def devices(ranks: int) -> list[str]:
         # padding-free one packs rows for flash-attn's variable-length kernel)
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.use_remove_padding=false",
-        "+ray_kwargs.ray_init.num_gpus=" + str(ranks),
+        "+ray_kwargs.ray_init.num_gpus=" + str(ranks + rollout),
         "ray_kwargs.ray_init.num_cpus=8",
     ]
 

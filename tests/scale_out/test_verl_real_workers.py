@@ -11,7 +11,9 @@ are chains, not boxed numbers). What makes verl run on a CPU is test-side, in
 hook.
 
 Per recipe: 3 steps, then 1 more after a resume from the checkpoint of step 3;
-once on 2 ranks; the BiCC recipe once more with the paper's form (3 steps).
+once on 2 ranks; the BiCC recipe once more with the paper's form (3 steps); each recipe
+in each of verl's asynchronous modes (``crlvr_colocate_async``, ``crlvr_separate_async``:
+3 steps, rollouts one version old from step 2).
 Checked: exit 0; every step logged; finite gradient norms; BiCC's context
 tokens and transfer measure (BiCC recipe), the distill form's metrics; RCC's
 baseline shift; ConSPO's margin at each step's progress; that the weights reach
@@ -32,7 +34,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from verl_runs import TESTS, build_task, devices, main_ppo
+from verl_runs import TESTS, build_task, devices, main_ppo, mode_overrides, rollout_gpus
 
 pytestmark = [pytest.mark.verl_real, pytest.mark.slow]
 
@@ -189,3 +191,33 @@ def test_grpo_bicc_rcc_recipe_on_two_ranks(task, tmp_path):
     assert all(steps[s]["bicc/context_tokens"] > 0 for s in (1, 2, 3))
     # the probe's dot products summed over the two ranks' FSDP shards
     assert -1.0 <= steps[1]["bicc/transfer_cos"] <= 1.0
+
+
+@pytest.mark.parametrize("mode", ["crlvr_colocate_async", "crlvr_separate_async"])
+@pytest.mark.parametrize("recipe", ["grpo_bicc_rcc", "conspo_rcc"])
+def test_recipes_in_verls_async_modes(task, tmp_path, recipe, mode):
+    """The shipped recipe in one of verl's asynchronous modes (3 steps, no resume): verl
+    prefetches one batch (``num_warmup_batches: 1``), so from step 2 every row was sampled
+    by the weights one version old, and the stale-rollout choices apply (docs/algorithms.md,
+    "Stale rollouts": the sampler's log-probs in the ratio, RCC importance-weighted)."""
+    out = tmp_path / recipe
+    out.mkdir()
+    overrides = [*sizes(task, out, 3), *devices(1, rollout_gpus(mode)), *mode_overrides(mode)]
+    code, steps, log = main_ppo(recipe, overrides, out, "first")
+    assert code == 0, f"{recipe} in {mode}: exit {code}\n{tail(log)}"
+    check_training_steps(steps, [1, 2, 3], log)
+    for s in (1, 2, 3):
+        m, lag = steps[s], 0 if s == 1 else 1
+        assert m["training/off_policy/trajectory_staleness/mean"] == lag, f"step {s}"
+        assert m["crlvr/staleness/stale_frac"] == lag, f"step {s}"
+        assert math.isfinite(m["crlvr/rcc/baseline_shift_mean"])
+        if s > 1:  # stale rows: RCC's weights pi_proximal / pi_sampler
+            assert 0 < m["crlvr/rcc/iw_effective_share"] <= 1, f"step {s}"
+        if recipe == "grpo_bicc_rcc":
+            assert m["bicc/context_tokens"] > 0, f"step {s}: no context tokens"
+            assert 0 < m["bicc/taught_frac"] <= m["bicc/conditioned_frac"] <= 1
+        else:
+            progress = min((s - 1) / 3 / 0.3, 1.0)
+            expected = 0.005 * (1 - math.cos(math.pi * progress))
+            assert m["crlvr/conspo/margin"] == pytest.approx(expected, abs=1e-9)
+            assert 0 <= m["crlvr/staleness/mixed_version_groups"] <= 1

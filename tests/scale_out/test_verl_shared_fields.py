@@ -22,7 +22,11 @@ from verl_runs import compose_recipe, with_overrides
 
 from contrastive_rlvr.integrations.verl.config import RENAMED, WHERE, CrlvrPolicyLossConfig
 from contrastive_rlvr.integrations.verl.settings import check_settings
-from contrastive_rlvr.method_options import SHARED_GROUPS, literal_fields
+from contrastive_rlvr.method_options import SHARED_GROUPS, STALENESS_GROUPS, literal_fields
+
+#: Every group verl's config inherits: the shared ones and the stale-rollout ones (read by
+#: verl's asynchronous modes; the TRL path has no stale rows yet).
+GROUPS = (*SHARED_GROUPS, *STALENESS_GROUPS)
 
 
 def default_of(f: dataclasses.Field) -> object:
@@ -36,9 +40,9 @@ def project_fields() -> dict[str, dataclasses.Field]:
 
 
 def shared_fields() -> dict[str, tuple[type, dataclasses.Field]]:
-    """Field name -> (its shared group, the field) over every shared group."""
+    """Field name -> (its group, the field) over every group of :data:`GROUPS`."""
     out = {}
-    for group in SHARED_GROUPS:
+    for group in GROUPS:
         for f in dataclasses.fields(group):
             assert f.name not in out, f"{f.name} is in two shared groups"
             out[f.name] = (group, f)
@@ -48,7 +52,7 @@ def shared_fields() -> dict[str, tuple[type, dataclasses.Field]]:
 def test_every_project_field_of_verl_is_a_shared_field():
     ours, shared = project_fields(), shared_fields()
     assert sorted(ours) == sorted(shared)
-    for group in SHARED_GROUPS:
+    for group in GROUPS:
         assert issubclass(CrlvrPolicyLossConfig, group)
     # what the brief of this change named: a few of the fields by their TRL names
     assert {"conspo_tau", "reward_threshold", "bicc_ratio_mode", "adv_eps", "rcc_bound"} <= set(

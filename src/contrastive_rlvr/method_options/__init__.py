@@ -12,17 +12,22 @@ from .bicc import BiCCFields, KLReference
 from .checks import check, check_choices, check_field_types, choices, finite, literal_fields
 from .conspo import ConSPOFields
 from .rcc import RCCFields
+from .staleness import StalenessFields
 
 #: The shared groups, in the order the TRL path's groups list them.
 SHARED_GROUPS = (AdvantageFields, ConSPOFields, BiCCFields, RCCFields)
+#: Read by verl's asynchronous modes only (the TRL path has no stale rows yet).
+STALENESS_GROUPS = (StalenessFields,)
 
 __all__ = [
     "SHARED_GROUPS",
+    "STALENESS_GROUPS",
     "AdvantageFields",
     "BiCCFields",
     "ConSPOFields",
     "KLReference",
     "RCCFields",
+    "StalenessFields",
     "check",
     "check_choices",
     "check_field_types",

@@ -1,6 +1,7 @@
 """The ``crlvr_sync`` advantage hook: the ``crlvr_*`` estimators that need more than
 rewards get it here (RCC the reference log-probs, ConSPO the training progress for its
-margin), and what they added to plain GRPO is logged each step."""
+margin), and what they added to plain GRPO is logged each step. Over stale rows RCC's
+baseline takes the importance weights of :mod:`.offpolicy` (``rcc_offpolicy``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ...algorithms import collapse_rate, conspo_margin, sequence_delta
 from . import transfer
 from .advantages import ESTIMATORS, EstimatorSpec, rcc_baselines
 from .groups import group_rows
+from .offpolicy import effective_share, sequence_log_weights, weighted_rcc_baselines
 
 
 class AdvantageHooks:
@@ -34,15 +36,29 @@ class AdvantageHooks:
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         spec = self._estimator
+        index = [transfer.group_id(k) for k in batch.keys]
+        self._check_versions(batch, index, metrics)  # .staleness.StalenessHooks
         if spec is None or not (spec.needs_ref or spec.contrastive):
             return super()._compute_advantage(batch, metrics)
+        weighted = self._rcc_weighted(spec, batch)
         fields = ["response_mask", "rm_scores", "old_log_probs"]
         if spec.needs_ref:
             fields.append("ref_log_prob")
+        if weighted:
+            fields.append("rollout_log_probs")
         data = transfer.fetch(batch, fields)
         nested_mask = data["response_mask"]
         padded = data.to_padded_tensor()
-        index = [transfer.group_id(k) for k in batch.keys]
+        if weighted:
+            padded["rcc_log_weights"] = sequence_log_weights(
+                padded["old_log_probs"].float(),
+                padded["rollout_log_probs"].float(),
+                padded["response_mask"],
+                self._stale_rows(batch),
+            )
+            metrics["crlvr/rcc/iw_effective_share"] = effective_share(
+                padded["rcc_log_weights"], index
+            )
         adv, returns = spec.fn(
             token_level_rewards=padded["rm_scores"],
             response_mask=padded["response_mask"],
@@ -63,6 +79,15 @@ class AdvantageHooks:
         # this write (it lists advantages and returns), never the one given.
         return transfer.put(batch, fields=out)
 
+    def _rcc_weighted(self, spec: EstimatorSpec, batch: KVBatchMeta) -> bool:
+        """Whether RCC's baseline takes importance weights this step: an RCC estimator,
+        ``rcc_offpolicy: importance_weighted`` and a stale row in the batch."""
+        return (
+            spec.needs_ref
+            and self.crlvr.rcc_offpolicy == "importance_weighted"
+            and bool(self._stale_rows(batch).any())
+        )
+
     def _estimator_kwargs(self, spec: EstimatorSpec, padded: TensorDict) -> dict[str, Any]:
         """The extra inputs of a ``crlvr_*`` estimator, from the batch and our config."""
         opts = self.crlvr
@@ -75,6 +100,8 @@ class AdvantageHooks:
                 rcc_delta=opts.rcc_delta,
                 rcc_bound=opts.rcc_bound,
             )
+            if "rcc_log_weights" in padded.keys():
+                kwargs["rcc_log_weights"] = padded["rcc_log_weights"]
         if spec.contrastive:
             kwargs.update(
                 progress=self._progress(),
@@ -95,7 +122,8 @@ class AdvantageHooks:
 
         Args:
             padded: the batch's padded fields (``old_log_probs``, ``ref_log_prob``,
-                ``response_mask``: (B, T)). rewards: (B,). index: B group ids.
+                ``response_mask``: (B, T); ``rcc_log_weights``: (B,) over stale rows).
+            rewards: (B,). index: B group ids.
         """
         opts, out = self.crlvr, {}
         if spec.needs_ref:
@@ -105,9 +133,15 @@ class AdvantageHooks:
                 padded["response_mask"].to(padded["old_log_probs"].dtype),
                 reduce=opts.rcc_delta,
             )
-            baseline = rcc_baselines(
-                rewards.float(), delta.float(), index, coef=opts.rcc_coef, bound=opts.rcc_bound
-            )
+            if "rcc_log_weights" in padded.keys():
+                baseline = weighted_rcc_baselines(
+                    rewards, delta, padded["rcc_log_weights"], index,
+                    coef=opts.rcc_coef, bound=opts.rcc_bound,
+                )  # fmt: skip
+            else:
+                baseline = rcc_baselines(
+                    rewards.float(), delta.float(), index, coef=opts.rcc_coef, bound=opts.rcc_bound
+                )
             rows = [r for r in group_rows(index) if len(r) > 1]
             shift = torch.cat(
                 [baseline[r] - rewards[r].float().mean() for r in rows] or [torch.zeros(1)]

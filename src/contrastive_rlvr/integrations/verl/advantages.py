@@ -23,7 +23,9 @@ The estimators marked as needing something get it from the ``crlvr_sync``
 trainer (:mod:`.trainer`), which calls them with the extra keyword arguments;
 through verl's own trainers they raise a ``ValueError`` saying so. RCC's
 ``delta = logp - ref_logp`` uses the log-probs of the sampling policy
-(``old_log_probs``), which is the current policy when advantages are computed.
+(``old_log_probs``), which is the current policy when advantages are computed. Over
+stale rows (verl's asynchronous modes) ``rcc_log_weights`` (B,) carries the importance
+weights of :mod:`.offpolicy` (``rcc_offpolicy: importance_weighted``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ...algorithms import (
 from ...algorithms.advantages import DEFAULT_EPS, DEFAULT_RCC_BOUND
 from ...algorithms.ops import Tensor
 from .groups import conspo_window_scale, encode_conspo_targets, grouped_apply
+from .offpolicy import weighted_rcc_advantages, weighted_rcc_baselines
 
 PREFIX = "crlvr_"
 
@@ -65,7 +68,8 @@ def _rcc_delta(
     if old_log_probs is None or ref_log_prob is None:
         raise ValueError(
             f"advantage estimator {name!r} needs the reference log-probs: set "
-            "trainer.v1.trainer_mode=crlvr_sync and actor_rollout_ref.actor.use_kl_loss=True "
+            "trainer.v1.trainer_mode=crlvr_sync (or crlvr_colocate_async / crlvr_separate_async) "
+            "and actor_rollout_ref.actor.use_kl_loss=True "
             "(kl_loss_coef may be 0)"
         )
     mask = response_mask.to(old_log_probs.dtype)
@@ -130,9 +134,23 @@ def _rcc(name: str, scale_by_std: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         rcc_delta: str = "mean",
         rcc_bound: str = DEFAULT_RCC_BOUND,
         eps: float = DEFAULT_EPS,
+        rcc_log_weights: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         rewards = token_level_rewards.sum(dim=-1)
         delta = _rcc_delta(name, old_log_probs, ref_log_prob, response_mask, rcc_delta)
+        if rcc_log_weights is not None:
+            # stale rows, rcc_offpolicy: importance_weighted (.offpolicy)
+            adv = weighted_rcc_advantages(
+                rewards,
+                delta,
+                rcc_log_weights,
+                index,
+                coef=rcc_coef,
+                bound=rcc_bound,
+                scale_by_std=scale_by_std,
+                eps=eps,
+            )
+            return _to_tokens(adv, response_mask)
 
         def per_group_size(g: int, r: Tensor, d: Tensor) -> Tensor:
             return rcc_advantages(
@@ -167,16 +185,23 @@ def _conspo(name: str, with_rcc: bool) -> Callable[..., tuple[Tensor, Tensor]]:
         rcc_coef: float = 2.0,
         rcc_delta: str = "mean",
         rcc_bound: str = DEFAULT_RCC_BOUND,
+        rcc_log_weights: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         if progress is None:
             raise ValueError(
                 f"advantage estimator {name!r} needs the training progress for its margin "
-                "curriculum: set trainer.v1.trainer_mode=crlvr_sync"
+                "curriculum: set trainer.v1.trainer_mode=crlvr_sync (or crlvr_colocate_async / "
+                "crlvr_separate_async)"
             )
         rewards = token_level_rewards.sum(dim=-1)
         if with_rcc:
             delta = _rcc_delta(name, old_log_probs, ref_log_prob, response_mask, rcc_delta)
-            baseline = rcc_baselines(rewards, delta, index, coef=rcc_coef, bound=rcc_bound)
+            if rcc_log_weights is None:
+                baseline = rcc_baselines(rewards, delta, index, coef=rcc_coef, bound=rcc_bound)
+            else:
+                baseline = weighted_rcc_baselines(
+                    rewards, delta, rcc_log_weights, index, coef=rcc_coef, bound=rcc_bound
+                )
             positive = rewards > baseline
         else:
             positive = rewards > threshold

@@ -27,14 +27,18 @@ from verl.workers.config import PolicyLossConfig
 from ...algorithms.bicc_defaults import default_bicc_ratio_mode
 from ...method_options import (
     SHARED_GROUPS,
+    STALENESS_GROUPS,
     AdvantageFields,
     BiCCFields,
     ConSPOFields,
     RCCFields,
+    StalenessFields,
     check_field_types,
 )
 
 LOSS_PREFIX = "crlvr_"
+#: The option groups of the verl config: the shared ones and the stale-rollout ones.
+VERL_GROUPS = (*SHARED_GROUPS, *STALENESS_GROUPS)
 #: Where the fields sit in a verl config; errors name a field by its full path.
 WHERE = "actor_rollout_ref.actor.policy_loss."
 #: The names of 0.1.0's verl config -> the TRL path's names they now take.
@@ -66,7 +70,9 @@ def refuse_renamed(names: Iterable[str]) -> None:
 
 
 @dataclass
-class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCCFields, BiCCFields):
+class CrlvrPolicyLossConfig(
+    PolicyLossConfig, AdvantageFields, ConSPOFields, RCCFields, BiCCFields, StalenessFields
+):
     """verl's policy-loss config plus the contrastive-rlvr fields of the TRL path.
 
     Every field below has the TRL path's name, default, choices and check (the shared
@@ -109,6 +115,9 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
         bicc_kl_reference: read with verl's KL loss on (``use_kl_loss`` and
             ``kl_loss_coef > 0``), TRL's ``beta > 0``.
         adv_eps: read by the ``crlvr_grpo`` / ``crlvr_rcc`` estimators (ConSPO's take none).
+        stale_ratio, rcc_offpolicy, conspo_mixed_versions: the stale-rollout choices of
+            :class:`~contrastive_rlvr.method_options.StalenessFields`, read by every
+            ``crlvr_*`` trainer (:mod:`.staleness`); in ``crlvr_sync`` no row is stale.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> CrlvrPolicyLossConfig:
@@ -119,11 +128,12 @@ class CrlvrPolicyLossConfig(PolicyLossConfig, AdvantageFields, ConSPOFields, RCC
 
     def __post_init__(self) -> None:
         # OmegaConf hands over YAML strings as they are: bicc: "false" would be true
-        check_field_types(self, SHARED_GROUPS, WHERE)
+        check_field_types(self, VERL_GROUPS, WHERE)
         self.check_advantage_fields(WHERE)
         self.check_conspo_fields(WHERE)
         self.check_rcc_fields(WHERE)
         self.check_bicc_fields(WHERE)
+        self.check_staleness_fields(WHERE)
         if self.bicc_ratio_mode is None and not (self.bicc and self.bicc_form == "distill"):
             # Resolved once here so that every reader (driver and workers) sees one mode;
             # verl's configs are frozen after __init__.

@@ -6,6 +6,8 @@ comma list of entry-point names such as ``contrastive_rlvr``). It swallows a
 plugin's import error into a debug log line, so when a ``crlvr_*`` name is
 reported unknown, ``import contrastive_rlvr.integrations.verl.plugin`` shows
 the real error.
+
+Loading also installs the start checks that run before Ray starts (:mod:`.launch`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ POLICY_LOSS_NAMES = register_policy_losses()
 ESTIMATOR_NAMES = register_estimators()
 
 try:
-    from .trainer import TRAINER_NAME
+    from .trainer import TRAINER_MODES
 except ImportError as err:
     # verl's v1 trainers need TransferQueue, which verl does not require; the losses
     # and estimators work without it (e.g. under verl's legacy trainer).
-    logging.getLogger(__name__).warning("the crlvr_sync trainer is not registered: %s", err)
+    logging.getLogger(__name__).warning("the crlvr_* trainers are not registered: %s", err)
     TRAINER_NAMES: list[str] = []
 else:
-    TRAINER_NAMES = [TRAINER_NAME]
+    TRAINER_NAMES = list(TRAINER_MODES)
+    from .launch import install
+
+    install()

@@ -1,10 +1,13 @@
-"""The start checks of ``crlvr_sync``: every combination its hooks cannot run is refused,
-naming the setting, before any worker starts (docs/scale-out.md, "Refused at start"), and
-the rules the hooks and the checks share (which passes BiCC recomputes, token limits).
+"""The start checks of the ``crlvr_*`` trainers: every combination their hooks cannot run
+is refused, naming the setting, before Ray starts (:mod:`.launch`) and again before any
+worker starts (docs/scale-out.md, "Refused at start"), and the rules the hooks and the
+checks share (which passes BiCC recomputes, token limits).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import DictConfig
@@ -12,13 +15,20 @@ from verl.trainer.ppo.utils import need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass
 
 from ...algorithms import context_budget
-from ...method_options import SHARED_GROUPS, check_field_types
+from ...method_options import check_choices, check_field_types, literal_fields
 from .advantages import ESTIMATORS, EstimatorSpec
-from .config import WHERE, CrlvrPolicyLossConfig, refuse_renamed
+from .config import VERL_GROUPS, WHERE, CrlvrPolicyLossConfig, refuse_renamed
 from .groups import check_conspo_layout
 from .losses import PREFIX, is_contrastive_loss
-
-TRAINER_NAME = "crlvr_sync"
+from .modes import (  # noqa: F401  (re-exported: the trainer and the tests read them here)
+    ASYNC_TRAINERS,
+    TRAINER_MODES,
+    TRAINER_NAME,
+    is_async,
+    rollout_correction,
+    trainer_name,
+)
+from .stale_checks import check_staleness, recomputes_old_log_probs
 
 
 def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
@@ -29,14 +39,28 @@ def crlvr_options(config: DictConfig) -> CrlvrPolicyLossConfig:
     section = config.actor_rollout_ref.actor.policy_loss
     if str(section.get("_target_", "")).endswith("CrlvrPolicyLossConfig"):
         refuse_renamed(section.keys())
-        # before Hydra wraps the same error in its own lines: bicc: "false" is a string
-        check_field_types(section, SHARED_GROUPS, WHERE)
+        # before Hydra wraps the same error in its own lines: bicc: "false" is a string,
+        # rcc_offpolicy: sometimes is no choice
+        check_field_types(section, VERL_GROUPS, WHERE)
+        for group in VERL_GROUPS:
+            check_choices(_choices_view(section, group), group, WHERE)
     loss_cfg = omega_conf_to_dataclass(section)
     return loss_cfg if isinstance(loss_cfg, CrlvrPolicyLossConfig) else CrlvrPolicyLossConfig()
 
 
+def _choices_view(section: Any, group: type) -> SimpleNamespace:
+    """The ``Literal`` fields of ``group`` as the YAML section sets them (the group's default
+    where it does not), for :func:`check_choices` before any dataclass is built."""
+    defaults = {f.name: f.default for f in dataclasses.fields(group)}
+    return SimpleNamespace(
+        **{name: section.get(name, defaults[name]) for name in literal_fields(group)}
+    )
+
+
 def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
-    """Validate a verl config for ``crlvr_sync``; return our hyperparameters.
+    """Validate a verl config for a ``crlvr_*`` trainer; return our hyperparameters.
+
+    Also the stale-rollout choices of :func:`.staleness.check_staleness`.
 
     Raises ``ValueError`` naming the setting when ConSPO's loss and estimator
     are not paired, when RCC has no reference policy, when ConSPO's micro-batches
@@ -73,7 +97,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
                 f"algorithm.adv_estimator={estimator.name!r} does not support "
                 "algorithm.use_kl_in_reward=True; use actor.use_kl_loss for the KL term"
             )
-    check_rollout_correction(config, estimator, loss_mode)
+    checkrollout_correction(config, estimator, loss_mode)
     if contrastive:
         check_conspo_layout(
             group_size=int(config.actor_rollout_ref.rollout.n),
@@ -86,12 +110,12 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
         # verl reads it in its legacy RayPPOTrainer only; the v1 engine workers ignore it.
         raise ValueError(
             "actor_rollout_ref.actor.use_prefix_grouper=True does nothing under "
-            f"trainer.v1.trainer_mode={TRAINER_NAME} (verl's v1 engine workers do not read "
+            f"trainer.v1.trainer_mode={trainer_name(config)} (verl's v1 engine workers do not read "
             "it); set it to false (docs/scale-out.md)"
         )
     options = crlvr_options(config)
     if recomputes_old_log_probs(config, options):
-        if _rollout_correction(config).get("bypass_mode", False):
+        if rollout_correction(config).get("bypass_mode", False):
             raise ValueError(
                 "policy_loss.bicc_ratio_mode='consistent' recomputes the old log-probs on the "
                 "conditioned prompt; it cannot run with algorithm.rollout_correction.bypass_mode"
@@ -99,6 +123,7 @@ def check_settings(config: DictConfig) -> CrlvrPolicyLossConfig:
     if options.bicc:
         check_bicc_token_limits(config, options)
         check_bicc_distill(config, options)
+    check_staleness(config, options)
     return options
 
 
@@ -140,11 +165,7 @@ def check_loss_mode(loss_mode: object, registered: Any = None) -> None:
     )
 
 
-def _rollout_correction(config: DictConfig) -> Any:
-    return config.algorithm.get("rollout_correction", None) or {}
-
-
-def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None, loss_mode: str):
+def checkrollout_correction(config: DictConfig, estimator: EstimatorSpec | None, loss_mode: str):
     """Refuse the vLLM rollout corrections a ``crlvr_*`` estimator or loss cannot take.
 
     - IS weights / rejection sampling with an estimator ``crlvr_sync`` computes itself
@@ -154,7 +175,7 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
     - bypass mode with RCC: old_log_probs become vLLM's rollout log-probs, so delta
       would be ``log pi_vllm - log pi_ref``, not the policy's shift.
     """
-    correction = _rollout_correction(config)
+    correction = rollout_correction(config)
     own = estimator is not None and (estimator.needs_ref or estimator.contrastive)
     if own and (correction.get("rollout_is") or correction.get("rollout_rs")):
         raise ValueError(
@@ -174,18 +195,6 @@ def check_rollout_correction(config: DictConfig, estimator: EstimatorSpec | None
             "makes them vLLM's rollout log-probs, so delta would not be the policy's shift; "
             "set bypass_mode=false"
         )
-
-
-def recomputes_old_log_probs(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:
-    """Whether the actor update recomputes the old log-probs on the conditioned prompt:
-    BiCC's ``consistent`` ratio mode, except under ConSPO's loss, which reads no old
-    log-probs (no ratio; the same update in either mode, without the extra pass)."""
-    loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
-    return (
-        options.bicc
-        and options.bicc_ratio_mode == "consistent"
-        and not is_contrastive_loss(loss_mode)
-    )
 
 
 def conditioned_reference(config: DictConfig, options: CrlvrPolicyLossConfig) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
+from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import (
     Dispatch,
     make_nd_compute_dataproto_dispatch_fn,
@@ -125,3 +126,10 @@ class CrlvrActorRolloutRefWorker(ActorRolloutRefWorker):
             metrics[TRANSFER_KEY] = cosine_of_dots(dots)
             self._crlvr_plain_grads = None
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+
+class CrlvrDetachActorWorker(CrlvrActorRolloutRefWorker, DetachActorWorker):
+    """:class:`CrlvrActorRolloutRefWorker` with verl's ``DetachActorWorker`` weight save /
+    restore to CPU, which ``separate_async`` calls to compute the old log-probs with the
+    weights of the start of its ``parameter_sync_step`` cycle (BiCC's conditioned pass
+    included)."""
