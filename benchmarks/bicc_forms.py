@@ -63,10 +63,14 @@ def run(args: argparse.Namespace) -> None:
     for name in args.forms:
         out = root / name
         (out / "grpo").mkdir(parents=True, exist_ok=True)
-        for part, dest in (("sft-cache", out / "sft-cache"), ("grpo/plain", out / "grpo/plain")):
-            # a pretrained model (--model) has no warm start to share: no sft-cache
-            if (plain / part).exists() and not dest.exists():
-                shutil.copytree(plain / part, dest)
+        # a pretrained model (--model) has no warm start to share: no sft-cache
+        if (plain / "sft-cache").exists() and not (out / "sft-cache").exists():
+            shutil.copytree(plain / "sft-cache", out / "sft-cache")
+        # seed by seed, so a later --seeds adds its plain runs too (compare reuses them)
+        for seed in sorted((plain / "grpo" / "plain").glob("seed*")):
+            dest = out / "grpo" / "plain" / seed.name
+            if not dest.exists():
+                shutil.copytree(seed, dest)
         rc = compare(out, "plain,bicc", args.seeds, args.max_steps, [*FORMS[name], *args.task])
         print(f"{name}: compare exit {rc} ({out}.log)", flush=True)
 

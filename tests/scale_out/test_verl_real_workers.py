@@ -172,7 +172,12 @@ def test_grpo_bicc_paper_form_on_verls_workers(task, tmp_path):
         assert m["bicc/context_tokens"] > 0, f"step {s}: no context tokens"
         assert 0 < m["bicc/conditioned_frac"] <= 1
         assert "bicc/taught_frac" not in m and "actor/bicc/distill_gap" not in m
-        assert -1.0 <= m["bicc/transfer_cos"] <= 1.0, f"step {s}: {m['bicc/transfer_cos']}"
+        # probed every step; NaN is the probe's word for "nothing to compare": the probed
+        # micro-batch held only groups of equal rewards, so plain GRPO's gradient is 0
+        # (seen at step 3 of this run). Step 1's rows carry signal (both outcomes).
+        cos = m["bicc/transfer_cos"]
+        assert math.isnan(cos) or -1.0 <= cos <= 1.0, f"step {s}: {cos}"
+    assert -1.0 <= steps[1]["bicc/transfer_cos"] <= 1.0
 
 
 def test_conspo_rcc_recipe_on_verls_workers(task, tmp_path):
