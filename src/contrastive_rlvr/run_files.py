@@ -151,8 +151,10 @@ def claim(path: Path) -> None:
             return
         record = folder / OWNER_RECORD
         if record.is_symlink():
-            raise UserError(f"{record} is a symbolic link; remove it (the project keeps its "
-                            "list of written files there)")  # fmt: skip
+            raise UserError(
+                f"{record} is a symbolic link; remove it (the project keeps its "
+                "list of written files there)"
+            )
         fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, file_mode())
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(path.name + "\n")
@@ -243,8 +245,9 @@ def write_file(
     replace_foreign: bool = False,
 ) -> Path:
     """Write ``data`` to ``folder/name`` whole (see the module docstring); returns the path."""
-    with open_atomic(folder, name, "wb" if isinstance(data, bytes) else "w",
-                     replace_foreign=replace_foreign) as f:  # fmt: skip
+    with open_atomic(
+        folder, name, "wb" if isinstance(data, bytes) else "w", replace_foreign=replace_foreign
+    ) as f:
         f.write(data)
     return Path(folder) / name
 

@@ -47,11 +47,13 @@ def prompt_sharing_of(config: Any, num_processes: int, dataset, tokenizer, model
     )
     if sharing.active:
         sharing.max_width = dataset_reachable_width(
-            dataset, tokenizer, model,
+            dataset,
+            tokenizer,
+            model,
             max_completion_length=config.max_completion_length,
             bicc_context_ratio=config.bicc_context_ratio if config.bicc else None,
             bicc_max_seq_len=config.bicc_max_seq_len,
-        )  # fmt: skip
+        )
     return sharing
 
 
