@@ -31,14 +31,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from .evaluate import heldout_accuracy, heldout_correctness, max_completion_tokens
 from .model import DEFAULT_MAX_POSITIONS, build_tiny_model
 from .sft import WarmStartConfig, sft_warm_start
-from .task import (
-    TaskConfig,
-    arithmetic_reward,
-    check_steps,
-    make_datasets,
-    parse_chain,
-    parse_prompt,
-)
+from .task import TaskConfig, arithmetic_reward, make_datasets
 from .tokenizer import bicc_phrases, build_char_tokenizer, load_char_tokenizer
 
 #: File holding the settings in ``output_dir``.
@@ -163,17 +156,12 @@ __all__ = [
     "TaskConfig",
     "WarmStartConfig",
     "arithmetic_reward",
-    "bicc_phrases",
     "build_char_tokenizer",
     "build_embedded_default",
     "build_tiny_model",
-    "check_steps",
     "heldout_accuracy",
     "heldout_correctness",
     "load_char_tokenizer",
     "make_datasets",
     "max_completion_tokens",
-    "parse_chain",
-    "parse_prompt",
-    "sft_warm_start",
 ]
