@@ -114,8 +114,3 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return _redact_string(value)
     return value
-
-
-def holds_secret(text: str, secrets: list[str]) -> bool:
-    """Whether ``text`` holds any of ``secrets`` (for tests and checks)."""
-    return any(s and s in text for s in secrets)
