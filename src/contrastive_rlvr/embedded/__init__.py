@@ -124,16 +124,7 @@ def build_embedded_default(
                 s, sft=dataclasses.replace(s.sft, steps=sft_steps, warmup_steps=warmup)
             )
     tokenizer = build_char_tokenizer(bicc_phrases() if s.bicc_phrases else ())
-    shape = s.model
-    model = build_tiny_model(
-        tokenizer,
-        hidden=shape.hidden,
-        layers=shape.layers,
-        heads=shape.heads,
-        mlp=shape.mlp,
-        max_positions=shape.max_positions,
-        seed=s.seed,
-    )
+    model = build_tiny_model(tokenizer, seed=s.seed, **dataclasses.asdict(s.model))
     train, heldout = make_datasets(s.task)
     if sft_steps != 0:
         sft_warm_start(model, tokenizer, train, s.sft, on_step=on_sft_step)

@@ -36,6 +36,7 @@ catch it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -230,34 +231,14 @@ def varlen_split_forward(
         return x.transpose(1, 2).reshape(units * length, x.size(1), dim)
 
     q, k, v = flat(query), flat(key), flat(value)
+    attend = functools.partial(kernel, dropout_p=dropout, softmax_scale=scaling, causal=True)
     out = q.new_zeros(q.shape)
     if varlen.shared_index.numel() > 0:
-        s = varlen.shared_index
-        head = kernel(
-            q[s],
-            k[s],
-            v[s],
-            varlen.cu_shared,
-            varlen.cu_shared,
-            varlen.max_shared,
-            varlen.max_shared,
-            dropout_p=dropout,
-            softmax_scale=scaling,
-            causal=True,
-        )
-        out = out.index_put((s,), head)
+        s, cu, widest = varlen.shared_index, varlen.cu_shared, varlen.max_shared
+        out = out.index_put((s,), attend(q[s], k[s], v[s], cu, cu, widest, widest))
     kq, kk = varlen.query_index, varlen.key_index
-    tail = kernel(
-        q[kq],
-        k[kk],
-        v[kk],
-        varlen.cu_query,
-        varlen.cu_key,
-        varlen.max_query,
-        varlen.max_key,
-        dropout_p=dropout,
-        softmax_scale=scaling,
-        causal=True,
+    tail = attend(
+        q[kq], k[kk], v[kk], varlen.cu_query, varlen.cu_key, varlen.max_query, varlen.max_key
     )
     out = out.index_put((kq,), tail)
     return out.view(units, length, heads, dim)
