@@ -42,13 +42,9 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
     set by ``args``, an :class:`RLVRConfig`; takes ``GRPOTrainer``'s arguments."""
 
     def __init__(
-        self,
-        model: Any,
-        reward_funcs: Any = None,
-        args: RLVRConfig | None = None,
-        *rest: Any,
+        self, model: Any, reward_funcs: Any = None, args: RLVRConfig | None = None, *rest: Any,
         **kwargs: Any,
-    ):
+    ):  # fmt: skip
         if args is None:  # as TRL: a default config named after the model
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = RLVRConfig(output_dir=f"{name.split('/')[-1]}-RLVR")
@@ -126,52 +122,28 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         batch_size = self.args.per_device_train_batch_size
         with self.prompt_sharing.prompts("conditioned" if share_prefix else "plain"):
             logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-                model,
-                ids,
-                attn,
-                completion_ids.size(1),
-                batch_size=batch_size,
-                compute_entropy=entropy,
-                compute_aux_loss=aux,
-            )
+                model, ids, attn, completion_ids.size(1), batch_size=batch_size,
+                compute_entropy=entropy, compute_aux_loss=aux,
+            )  # fmt: skip
         if aux_loss is not None:
             self._aux_losses.append(aux_loss)
         return (logps, entropies) if entropy else logps
 
     def _get_per_token_logps_and_entropies(
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        compute_aux_loss=False,
-        **extra,
-    ):
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+        compute_entropy=False, compute_aux_loss=False, **extra,
+    ):  # fmt: skip
         """TRL hook: TRL's, but repeated prompts shared (:class:`.PromptSharing`)."""
         shared = self.prompt_sharing.forward(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=batch_size,
-            compute_entropy=compute_entropy,
-            compute_aux_loss=compute_aux_loss,
-            extra=extra,
+            model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, extra=extra,
             autocast=self.accelerator.autocast,
-        )
+        )  # fmt: skip
         if shared is None:
             shared = super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size,
-                compute_entropy,
-                compute_aux_loss,
-                **extra,
-            )
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                compute_aux_loss, **extra,
+            )  # fmt: skip
         if self._on_logps is not None and torch.is_grad_enabled():  # TRL's loss forward
             on_logps, self._on_logps = self._on_logps, None
             on_logps(shared[0])
@@ -236,11 +208,9 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         )
         g = self.num_generations if self.model.training else self.num_generations_eval
         checked = check_rewards(
-            rewards_per_func,
-            self.reward_func_names,
-            group_size=g,
+            rewards_per_func, self.reward_func_names, group_size=g,
             on_nonfinite=self.args.nonfinite_rewards,
-        )
+        )  # fmt: skip
         self._skipped_rows = checked.skipped_rows
         self._last_rewards_per_func = checked.rewards
         return checked.rewards
