@@ -78,8 +78,11 @@ def out_of_memory(err: BaseException) -> str | None:
         text = str(seen)
         detail = " ".join(text.split())[:120]
         what = f"{type(seen).__name__}{': ' + detail if detail else ''}"
-        if (isinstance(seen, MemoryError) or getattr(seen, "errno", None) == errno.ENOMEM
-                or any(t in text for t in _NO_MEMORY_TEXT)):  # fmt: skip
+        if (
+            isinstance(seen, MemoryError)
+            or getattr(seen, "errno", None) == errno.ENOMEM
+            or any(t in text for t in _NO_MEMORY_TEXT)
+        ):
             return (
                 f"out of memory ({what}); lower the batch size, max_completion_length or the "
                 "model's size, or allow the process more memory (ulimit -v, the job's memory "

@@ -210,24 +210,37 @@ def _eval_section(results: dict) -> str:
 
         passes = [
             cell(b["pass_at_k"][str(k)], cis.get("pass_at_k", {}).get(str(k)))
-            if str(k) in b["pass_at_k"] else ""
+            if str(k) in b["pass_at_k"]
+            else ""
             for k in ks
-        ]  # fmt: skip
+        ]
         rows.append(
-            [name, b["problems"], b["n"], b.get("correct", "–"),
-             cell(b["avg_at_n"], cis.get("avg_at_n")), *passes,
-             f"{b['unparsable']}/{b['samples']}", b.get("source") or "–"]
-        )  # fmt: skip
-    method = next((b["intervals"]["method"] for b in results["benchmarks"].values()
-                   if b.get("intervals")), None)  # fmt: skip
+            [
+                name,
+                b["problems"],
+                b["n"],
+                b.get("correct", "–"),
+                cell(b["avg_at_n"], cis.get("avg_at_n")),
+                *passes,
+                f"{b['unparsable']}/{b['samples']}",
+                b.get("source") or "–",
+            ]
+        )
+    method = next(
+        (b["intervals"]["method"] for b in results["benchmarks"].values() if b.get("intervals")),
+        None,
+    )
     header = ["benchmark", "problems", "n", "correct samples", "avg@n = pass@1"]
     header += [f"pass@{k}" for k in ks] + ["unparsable", "read from"]
     note = "avg@n = pass@1 (the unbiased estimator at k = 1 is the mean of c_i / n)."
     if method:
         note += f" Intervals: 95% {method}."
     model = results.get("config", {}).get("model", "")
-    return (f"<h2>Evaluation: {_esc(model)}</h2>" + _table(header, rows)
-            + f"<p class=note>{_esc(note)}</p>")  # fmt: skip
+    return (
+        f"<h2>Evaluation: {_esc(model)}</h2>"
+        + _table(header, rows)
+        + f"<p class=note>{_esc(note)}</p>"
+    )
 
 
 def _diagnostics_section(folder: Path) -> str:

@@ -305,8 +305,11 @@ def is_relative_path(name: str) -> bool:
     exists here), not a Hub id or an absolute path."""
     if Path(name).expanduser().is_absolute() or name.startswith("~"):
         return False
-    return name.startswith(("./", "../", ".\\", "..\\")) or name in (".", "..") or (
-        Path(name).exists() and name.count("/") != 1)  # fmt: skip
+    return (
+        name.startswith(("./", "../", ".\\", "..\\"))
+        or name in (".", "..")
+        or (Path(name).exists() and name.count("/") != 1)
+    )
 
 
 

@@ -39,7 +39,7 @@ def pipe_wait_s() -> float:
     return value
 
 
-def _kind(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     """What a non-regular file is, in words (None: a regular file)."""
     if stat.S_ISREG(mode):
         return None
@@ -101,7 +101,7 @@ def refuse_non_regular(path: str | os.PathLike[str], what: str) -> None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
-    kind = _kind(mode)
+    kind = file_kind(mode)
     if kind is not None:
         raise ValueError(
             f"{what} {path} is {kind}, not a regular file: it is read more than once, which "

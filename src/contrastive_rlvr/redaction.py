@@ -37,8 +37,9 @@ def _redact_string(text: str) -> str:
         parsed = json.loads(stripped)
     except ValueError:
         # not JSON: still never show a quoted token value
-        return re.sub(r'(["\']?(?:\w*_)?token["\']?\s*[:=]\s*)["\']?[^"\',}\s]+["\']?',
-                      rf'\1"{HIDDEN}"', text)  # fmt: skip
+        return re.sub(
+            r'(["\']?(?:\w*_)?token["\']?\s*[:=]\s*)["\']?[^"\',}\s]+["\']?', rf'\1"{HIDDEN}"', text
+        )
     redacted = redact(parsed)
     return json.dumps(redacted) if redacted != parsed else text
 
@@ -80,8 +81,11 @@ def strip_secrets(value: Any) -> Any:
     """``value`` with every secret key removed (dicts) or set to None (a pickled config
     carries no token; the process that parsed it keeps its own)."""
     if isinstance(value, dict):
-        return {k: strip_secrets(v) for k, v in value.items()
-                if not (isinstance(k, str) and is_secret_name(k))}  # fmt: skip
+        return {
+            k: strip_secrets(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and is_secret_name(k))
+        }
     if isinstance(value, str):
         redacted = _redact_string(value)
         return redacted
@@ -93,10 +97,13 @@ def redact(value: Any) -> Any:
     the object given. A ``None`` or empty secret stays as it is (nothing to hide)."""
     if isinstance(value, dict):
         return {
-            k: (HIDDEN if isinstance(k, str) and is_secret_name(k) and not _nothing_to_hide(v)
-                else redact(v))
+            k: (
+                HIDDEN
+                if isinstance(k, str) and is_secret_name(k) and not _nothing_to_hide(v)
+                else redact(v)
+            )
             for k, v in value.items()
-        }  # fmt: skip
+        }
     if isinstance(value, list | tuple):
         items = list(value)
         if any(isinstance(x, str) and x.startswith("--") for x in items):
@@ -107,8 +114,3 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return _redact_string(value)
     return value
-
-
-def holds_secret(text: str, secrets: list[str]) -> bool:
-    """Whether ``text`` holds any of ``secrets`` (for tests and checks)."""
-    return any(s and s in text for s in secrets)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import UserError
+from .pipe_input import file_kind
 
 #: Per folder: the names of the files this project wrote there, one per line.
 OWNER_RECORD = ".contrastive-rlvr-files"
@@ -151,8 +152,10 @@ def claim(path: Path) -> None:
             return
         record = folder / OWNER_RECORD
         if record.is_symlink():
-            raise UserError(f"{record} is a symbolic link; remove it (the project keeps its "
-                            "list of written files there)")  # fmt: skip
+            raise UserError(
+                f"{record} is a symbolic link; remove it (the project keeps its "
+                "list of written files there)"
+            )
         fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, file_mode())
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(path.name + "\n")
@@ -243,8 +246,9 @@ def write_file(
     replace_foreign: bool = False,
 ) -> Path:
     """Write ``data`` to ``folder/name`` whole (see the module docstring); returns the path."""
-    with open_atomic(folder, name, "wb" if isinstance(data, bytes) else "w",
-                     replace_foreign=replace_foreign) as f:  # fmt: skip
+    with open_atomic(
+        folder, name, "wb" if isinstance(data, bytes) else "w", replace_foreign=replace_foreign
+    ) as f:
         f.write(data)
     return Path(folder) / name
 
@@ -329,18 +333,6 @@ def max_read_bytes() -> int:
     return value
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a pipe (FIFO)"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None) -> bytes:
     """The bytes of ``path``, a regular file (a link to one is followed) of at most
     ``limit`` bytes (default :func:`max_read_bytes`). Opened without blocking, so a FIFO
@@ -352,7 +344,7 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int | None = None) -> byt
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UserError(
-                f"{path} is {_kind(info.st_mode)}, not a regular file; a run's files are "
+                f"{path} is {file_kind(info.st_mode)}, not a regular file; a run's files are "
                 "read only from regular files: replace it with the file itself"
             )
         if info.st_size > limit:
@@ -378,7 +370,7 @@ def read_tail(path: str | os.PathLike[str], chars: int) -> str:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path} is {_kind(info.st_mode)}, not a regular file; remove it")
+            raise UserError(f"{path} is {file_kind(info.st_mode)}, not a regular file; remove it")
         os.lseek(fd, max(0, info.st_size - chars), os.SEEK_SET)
         return os.read(fd, chars).decode("utf-8", errors="replace")
     finally:

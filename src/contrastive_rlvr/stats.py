@@ -232,12 +232,6 @@ def score_interval(per_problem: Sequence[float], level: float = 0.95) -> Proport
 #: same results give the same interval).
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-BOOTSTRAP_METHOD = (
-    "percentile bootstrap over problems ({resamples} resamples, seed {seed}): the problems "
-    "are resampled with replacement and the score recomputed; a problem's n samples stay "
-    "together, since samples of one problem are correlated and a binomial interval over "
-    "all samples would be too narrow"
-)
 
 
 @dataclass(frozen=True)

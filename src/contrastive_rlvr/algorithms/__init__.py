@@ -7,7 +7,6 @@ completion tokens.
 
 from .advantages import (
     DEFAULT_RCC_BOUND,
-    RCC_BOUNDS,
     collapse_rate,
     group_advantages,
     group_covariance,
@@ -17,13 +16,9 @@ from .advantages import (
 )
 from .aggregation import AGG_MODES, agg_loss
 from .bicc import (
-    BICC_PLACEMENTS,
     BICC_RATIO_MODES,
-    BiCCPrompts,
     BiCCTemplate,
-    EncodedTemplate,
     build_bicc_prompts,
-    chat_conditioned_prompt,
     context_budget,
     partition_by_reward,
 )
@@ -32,50 +27,26 @@ from .dapo import informative_groups, overlong_penalty
 from .losses import (
     POLICY_LOSSES,
     ClipOptions,
-    TokenClipOptions,
     get_policy_loss,
     k3_kl,
     loss_option_names,
     policy_loss,
     register_policy_loss,
 )
-from .ocgrpo import (
-    OC_MAX_WEIGHT,
-    OC_MIX_MODES,
-    OC_WEIGHT_LEVELS,
-    OCMerge,
-    all_fail_groups,
-    guided_prompt,
-    hint_prefix,
-    oc_grpo_loss,
-    oc_importance_weight,
-    oc_merge,
-)
+from .ocgrpo import all_fail_groups, guided_prompt, hint_prefix, oc_importance_weight, oc_merge
 from .passk import avg_at_n, pass_at_k
 from .reco import (
-    FACTOR_NORMS,
-    FACTORS,
-    RESPONSE_WEIGHTS,
     completion_keys,
     distinct_share,
-    entropy_factor,
     expected_occurrence_weights,
     occurrence_weights,
-    reco_loss,
     variance_factor,
 )
 from .registry import RECIPES, Recipe, get_recipe, recipe_advantages, register_recipe
 from .sampling_correction import corrected_advantages, off_policy_mask, row_weights
 from .step_checker import ArithmeticStepScorer, equations_right
-from .token_methods import (
-    TOKEN_METHOD_CONFLICTS,
-    TOKEN_METHOD_RECIPES,
-    check_token_method_compat,
-    token_method_loss,
-)
+from .token_methods import TOKEN_METHOD_RECIPES, check_token_method_compat, token_method_loss
 from .verigate import (
-    PROCESS_NORMS,
-    STEP_RULES,
     ProcessScorer,
     future_cumulated,
     gated_groups,
@@ -90,36 +61,20 @@ from .verigate import (
 
 __all__ = [
     "AGG_MODES",
-    "BICC_PLACEMENTS",
     "BICC_RATIO_MODES",
     "DEFAULT_RCC_BOUND",
-    "FACTORS",
-    "FACTOR_NORMS",
-    "OC_MAX_WEIGHT",
-    "OC_MIX_MODES",
-    "OC_WEIGHT_LEVELS",
     "POLICY_LOSSES",
-    "PROCESS_NORMS",
-    "RCC_BOUNDS",
     "RECIPES",
-    "RESPONSE_WEIGHTS",
-    "TOKEN_METHOD_CONFLICTS",
     "TOKEN_METHOD_RECIPES",
-    "STEP_RULES",
     "ArithmeticStepScorer",
-    "BiCCPrompts",
     "BiCCTemplate",
     "ClipOptions",
-    "EncodedTemplate",
-    "OCMerge",
     "ProcessScorer",
     "Recipe",
-    "TokenClipOptions",
     "agg_loss",
     "all_fail_groups",
     "avg_at_n",
     "build_bicc_prompts",
-    "chat_conditioned_prompt",
     "context_budget",
     "check_token_method_compat",
     "collapse_rate",
@@ -131,7 +86,6 @@ __all__ = [
     "usable_groups",
     "conspo_margin",
     "distinct_share",
-    "entropy_factor",
     "equations_right",
     "expected_occurrence_weights",
     "future_cumulated",
@@ -145,7 +99,6 @@ __all__ = [
     "informative_groups",
     "k3_kl",
     "loss_option_names",
-    "oc_grpo_loss",
     "oc_importance_weight",
     "oc_merge",
     "occurrence_weights",
@@ -157,7 +110,6 @@ __all__ = [
     "rcc_advantages",
     "rcc_baseline",
     "recipe_advantages",
-    "reco_loss",
     "register_policy_loss",
     "register_recipe",
     "score_steps",

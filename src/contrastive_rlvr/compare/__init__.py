@@ -8,7 +8,7 @@ Every run is what ``contrastive-rlvr train`` runs, its output in
 - a run whose ``summary.json`` exists (and records no ``error``) is not run again; one
   whose summary records an error is a failed run;
 - each run is keyed on its resolved config less where it writes and how it logs,
-  saves and resumes (:func:`run_settings`): a folder whose ``config.yaml`` was made
+  saves and resumes (:func:`.spec.run_settings`): a folder whose ``config.yaml`` was made
   with other settings is refused before any run starts when it holds a result or a
   checkpoint (use another OUT or remove it), and replaced when it holds only a failed
   or unstarted attempt; a field the folder's config predates counts as its default
@@ -49,86 +49,38 @@ The package: :mod:`.spec` (CompareSpec, planning the runs, their keys), :mod:`.l
 
 from __future__ import annotations
 
-from .launch import (
-    LOG_TAIL_CHARS,
-    STOP_GRACE_S,
-    _child_command,
-    _launch,
-    _worker,
-    child_main,
-)
-from .matrix import BASE_CONFIG, execute_run, run_compare
+from .launch import child_main
+from .matrix import run_compare
 from .spec import (
     ARM_SUFFIX,
     ARMS,
-    BUSY_NOTE,
-    BUSY_PREFIX,
-    MATRIX_FIELDS,
-    TABLE_FIELDS,
-    UNKEYED_FIELDS,
     CompareSpec,
-    FolderBusy,
     RunResult,
     RunSpec,
-    finished_summary,
-    load_compare_yaml,
     make_spec,
     plan_runs,
     recipe_label,
     registered_recipes,
-    run_settings,
-    unkeyed_fields,
 )
-from .tables import (
-    CI_LEVEL,
-    GRAD_VAR_NOTE,
-    METRICS_FILE,
-    ONE_SEED_NOTE,
-    build_results,
-    grad_var_summary,
-    results_markdown,
-)
-from .warm_start import SFT_CACHE, SFT_KEY_FILE, _sft_key, build_sft_cache, sft_cache_dir
+from .tables import CI_LEVEL, ONE_SEED_NOTE, build_results, grad_var_summary, results_markdown
+from .warm_start import _sft_key
 
 __all__ = [
     "ARMS",
     "ARM_SUFFIX",
-    "BASE_CONFIG",
-    "BUSY_NOTE",
-    "BUSY_PREFIX",
     "CI_LEVEL",
-    "GRAD_VAR_NOTE",
-    "LOG_TAIL_CHARS",
-    "MATRIX_FIELDS",
-    "METRICS_FILE",
     "ONE_SEED_NOTE",
-    "SFT_CACHE",
-    "SFT_KEY_FILE",
-    "STOP_GRACE_S",
-    "TABLE_FIELDS",
-    "UNKEYED_FIELDS",
     "CompareSpec",
-    "FolderBusy",
     "RunResult",
     "RunSpec",
-    "_child_command",
-    "_launch",
     "_sft_key",
-    "_worker",
     "build_results",
-    "build_sft_cache",
     "child_main",
-    "execute_run",
-    "finished_summary",
     "grad_var_summary",
-    "load_compare_yaml",
     "make_spec",
     "plan_runs",
     "recipe_label",
     "registered_recipes",
     "results_markdown",
     "run_compare",
-    "run_settings",
-    "sft_cache_dir",
-    "unkeyed_fields",
 ]

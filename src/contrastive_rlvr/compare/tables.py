@@ -37,9 +37,13 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
             continue
         if res.status == "busy":
             busy.append(
-                {"recipe": res.run.recipe, "arm": res.run.arm, "seed": res.run.seed,
-                 "folder": str(res.run.output_dir)}
-            )  # fmt: skip
+                {
+                    "recipe": res.run.recipe,
+                    "arm": res.run.arm,
+                    "seed": res.run.seed,
+                    "folder": str(res.run.output_dir),
+                }
+            )
             continue
         if res.summary is None:
             failed.append(

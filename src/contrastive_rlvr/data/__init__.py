@@ -31,7 +31,7 @@ the line (parquet: the row) and the field or byte: ``.jsonl`` and ``.json`` file
 checked line by line before ``datasets`` reads them, and an error of ``datasets`` itself
 becomes one line naming the file. With
 ``skip_bad_rows=True`` such rows are skipped, logged, and counted in
-:attr:`LoadedPrompts.skipped`. ``.jsonl`` and ``.json`` files are UTF-8; a
+:attr:`.loading.LoadedPrompts.skipped`. ``.jsonl`` and ``.json`` files are UTF-8; a
 byte-order mark at the start (as some Windows editors write) is accepted and
 dropped. A ``.json`` file is one document (a list of objects), so a bad byte in it is
 an error (naming the line) even with ``skip_bad_rows``; a ``.json`` file of JSON lines
@@ -42,8 +42,8 @@ Data identity: ``datasets`` keys its cache of a local file on the file's path an
 modification time, so a file rewritten with its old mtime (``touch -r``, an archive or a
 sync that keeps timestamps) would be read from the cache as it was. A local file is
 therefore hashed (:func:`file_fingerprint`: size and SHA-256 of its bytes) and read
-through a cache folder of its own content (:func:`content_cache_dir`): new bytes, a new
-cache. :attr:`LoadedPrompts.fingerprint` carries the hash, which a run records
+through a cache folder of its own content (:func:`.reading.content_cache_dir`): new bytes, a new
+cache. :attr:`.loading.LoadedPrompts.fingerprint` carries the hash, which a run records
 (``data.json``) and a resume or ``compare`` checks.
 
 The package: :mod:`.loading` (:func:`load_prompts`), :mod:`.reading` (the sources and
@@ -54,46 +54,25 @@ the content fingerprint), :mod:`.fields` (field mapping, checks, instructions),
 from __future__ import annotations
 
 from .fields import (
-    ANSWER_FIELDS,
-    ANSWER_FORMATS,
-    PROMPT_FIELDS,
     AnswerFormat,
-    field_value,
     gsm8k_final_answer,
     is_conversational_prompt,
     resolve_instruction,
-    row_to_example,
     with_instruction,
 )
-from .heldout import HeldoutSplit, prompt_key, split_for, split_heldout
-from .loading import LoadedPrompts, load_prompts
-from .reading import (
-    DEFAULT_SPLIT,
-    content_cache_dir,
-    file_fingerprint,
-    fingerprint_differences,
-    logger,
-)
+from .heldout import prompt_key, split_for, split_heldout
+from .loading import load_prompts
+from .reading import file_fingerprint, fingerprint_differences
 
 __all__ = [
-    "ANSWER_FIELDS",
-    "ANSWER_FORMATS",
-    "DEFAULT_SPLIT",
-    "PROMPT_FIELDS",
     "AnswerFormat",
-    "HeldoutSplit",
-    "LoadedPrompts",
-    "content_cache_dir",
-    "field_value",
     "file_fingerprint",
     "fingerprint_differences",
     "gsm8k_final_answer",
     "is_conversational_prompt",
     "load_prompts",
-    "logger",
     "prompt_key",
     "resolve_instruction",
-    "row_to_example",
     "split_for",
     "split_heldout",
     "with_instruction",

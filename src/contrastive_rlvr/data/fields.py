@@ -76,11 +76,15 @@ def _check_prompt(value: Any, field: str, where: str) -> str | list[dict[str, st
     if isinstance(value, list) and value:
         for i, m in enumerate(value, start=1):
             if not isinstance(m, Mapping) or "role" not in m:
-                raise ValueError(f"{where}: field {field!r} message {i} is not a {{'role', "
-                                 "'content'}} mapping")  # fmt: skip
+                raise ValueError(
+                    f"{where}: field {field!r} message {i} is not a {{'role', 'content'}}}} mapping"
+                )
             if not isinstance(m.get("content"), str):
-                kind = "null (a tool-call turn?)" if m.get("content") is None else (
-                    type(m.get("content")).__name__)  # fmt: skip
+                kind = (
+                    "null (a tool-call turn?)"
+                    if m.get("content") is None
+                    else (type(m.get("content")).__name__)
+                )
                 raise ValueError(
                     f"{where}: field {field!r} message {i} (role {m['role']}) has content "
                     f"{kind}, not text; give every message a text content, or leave the "

@@ -145,12 +145,14 @@ def _json_items(path: Path) -> Iterator[tuple[str, Any]] | None:
     if not isinstance(data, list):
         raise ValueError(f"{path}: a .json prompt file must hold a list of objects (or JSON lines)")
     return (
-        (f"{path} item {i}", (_wide_integer(row, f"{path} item {i}") or row)
-         if isinstance(row, dict) else ValueError(
-            f"{path} item {i}: expected a JSON object, got {type(row).__name__}"
-        ))
+        (
+            f"{path} item {i}",
+            (_wide_integer(row, f"{path} item {i}") or row)
+            if isinstance(row, dict)
+            else ValueError(f"{path} item {i}: expected a JSON object, got {type(row).__name__}"),
+        )
         for i, row in enumerate(data, start=1)
-    )  # fmt: skip
+    )
 
 
 def _datasets_error(source: object, err: Exception) -> ValueError:
@@ -372,6 +374,10 @@ def _read(source: str | os.PathLike[str], hub_config: str | None, split: str, sk
         raise ValueError(f"{path}: file not found")
     dataset = _hub_dataset(str(source), hub_config, split)
     wheres = [f"{source}[{split}] row {i}" for i in range(1, len(dataset) + 1)]
-    identity = {"dataset": str(source), "config": hub_config, "split": split,
-                "fingerprint": getattr(dataset, "_fingerprint", None)}  # fmt: skip
+    identity = {
+        "dataset": str(source),
+        "config": hub_config,
+        "split": split,
+        "fingerprint": getattr(dataset, "_fingerprint", None),
+    }
     return _Read(dataset, wheres, list(range(len(dataset))), fingerprint=identity)

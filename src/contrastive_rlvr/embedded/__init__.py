@@ -31,14 +31,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from .evaluate import heldout_accuracy, heldout_correctness, max_completion_tokens
 from .model import DEFAULT_MAX_POSITIONS, build_tiny_model
 from .sft import WarmStartConfig, sft_warm_start
-from .task import (
-    TaskConfig,
-    arithmetic_reward,
-    check_steps,
-    make_datasets,
-    parse_chain,
-    parse_prompt,
-)
+from .task import TaskConfig, arithmetic_reward, make_datasets
 from .tokenizer import bicc_phrases, build_char_tokenizer, load_char_tokenizer
 
 #: File holding the settings in ``output_dir``.
@@ -131,16 +124,7 @@ def build_embedded_default(
                 s, sft=dataclasses.replace(s.sft, steps=sft_steps, warmup_steps=warmup)
             )
     tokenizer = build_char_tokenizer(bicc_phrases() if s.bicc_phrases else ())
-    shape = s.model
-    model = build_tiny_model(
-        tokenizer,
-        hidden=shape.hidden,
-        layers=shape.layers,
-        heads=shape.heads,
-        mlp=shape.mlp,
-        max_positions=shape.max_positions,
-        seed=s.seed,
-    )
+    model = build_tiny_model(tokenizer, seed=s.seed, **dataclasses.asdict(s.model))
     train, heldout = make_datasets(s.task)
     if sft_steps != 0:
         sft_warm_start(model, tokenizer, train, s.sft, on_step=on_sft_step)
@@ -163,17 +147,12 @@ __all__ = [
     "TaskConfig",
     "WarmStartConfig",
     "arithmetic_reward",
-    "bicc_phrases",
     "build_char_tokenizer",
     "build_embedded_default",
     "build_tiny_model",
-    "check_steps",
     "heldout_accuracy",
     "heldout_correctness",
     "load_char_tokenizer",
     "make_datasets",
     "max_completion_tokens",
-    "parse_chain",
-    "parse_prompt",
-    "sft_warm_start",
 ]

@@ -18,6 +18,7 @@ are batched) and the caller's RNG state is left as it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -130,31 +131,11 @@ def heldout_correctness(
 
 
 def heldout_accuracy(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    dataset: Dataset,
-    *,
-    n: int = 4,
-    max_new_tokens: int | None = None,
-    temperature: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 256,
-    reward_fn: RewardFn = arithmetic_reward,
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: Dataset, **options: Any
 ) -> float:
-    """avg@n on ``dataset``: see :func:`heldout_correctness` and the module docstring.
+    """avg@n on ``dataset``: :func:`heldout_correctness` with the same keyword ``options``
+    (``n``, ``max_new_tokens``, ...; see the module docstring).
 
     ``max_new_tokens`` defaults to :func:`max_completion_tokens` of the dataset.
     """
-    return avg_at_n(
-        heldout_correctness(
-            model,
-            tokenizer,
-            dataset,
-            n=n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            batch_size=batch_size,
-            reward_fn=reward_fn,
-        )
-    )
+    return avg_at_n(heldout_correctness(model, tokenizer, dataset, **options))

@@ -65,16 +65,11 @@ def tiny_llama_config(
 
 
 def build_tiny_model(
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    hidden: int = 64,
-    layers: int = 2,
-    heads: int = 4,
-    mlp: int = 256,
-    max_positions: int = DEFAULT_MAX_POSITIONS,
-    seed: int = 0,
+    tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, **shape: int
 ) -> LlamaForCausalLM:
-    """A freshly initialised :class:`LlamaForCausalLM` with tied input/output embeddings.
+    """A freshly initialised :class:`LlamaForCausalLM` with tied input/output embeddings;
+    ``shape``: :func:`tiny_llama_config`'s ``hidden``, ``layers``, ``heads``, ``mlp``,
+    ``max_positions``.
 
     Parameters: ``V*h`` (embedding, shared with the output head) ``+ layers *
     (4*h*h + 3*h*mlp + 2*h) + h`` (attention q/k/v/o without biases, gated
@@ -86,9 +81,7 @@ def build_tiny_model(
     float32, on the CPU, in train mode; its ``generation_config`` is set for
     plain temperature-1 sampling (no top-k/top-p filtering, stop at ``<eos>``).
     """
-    config = tiny_llama_config(
-        tokenizer, hidden=hidden, layers=layers, heads=heads, mlp=mlp, max_positions=max_positions
-    )
+    config = tiny_llama_config(tokenizer, **shape)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

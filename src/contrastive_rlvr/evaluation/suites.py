@@ -211,9 +211,14 @@ def resolve_benchmark(
         local = None
     if local is not None:
         return BenchmarkSource(
-            spec.name, str(local), origin, spec.prompt_field, spec.answer_field,
-            spec.answer_format, spec.id_field,
-        )  # fmt: skip
+            spec.name,
+            str(local),
+            origin,
+            spec.prompt_field,
+            spec.answer_field,
+            spec.answer_format,
+            spec.id_field,
+        )
     where = (
         f"{directory / spec.filename} not found"
         if directory is not None
@@ -228,9 +233,16 @@ def resolve_benchmark(
         )
     # The Hub copies name their fields differently from the local files: detect them.
     return BenchmarkSource(
-        spec.name, spec.hub_id, "hub", None, None, spec.answer_format, None,
-        spec.hub_split, spec.hub_config,
-    )  # fmt: skip
+        spec.name,
+        spec.hub_id,
+        "hub",
+        None,
+        None,
+        spec.answer_format,
+        None,
+        spec.hub_split,
+        spec.hub_config,
+    )
 
 
 def load_benchmark(

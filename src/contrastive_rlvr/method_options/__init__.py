@@ -8,8 +8,8 @@ This part imports neither TRL nor verl: the verl integration runs without TRL.
 """
 
 from .advantages import AdvantageFields
-from .bicc import BiCCFields, KLReference
-from .checks import check, check_choices, check_field_types, choices, finite, literal_fields
+from .bicc import BiCCFields
+from .checks import check, check_choices, check_field_types, finite, literal_fields
 from .conspo import ConSPOFields
 from .rcc import RCCFields
 from .staleness import StalenessFields
@@ -25,13 +25,11 @@ __all__ = [
     "AdvantageFields",
     "BiCCFields",
     "ConSPOFields",
-    "KLReference",
     "RCCFields",
     "StalenessFields",
     "check",
     "check_choices",
     "check_field_types",
-    "choices",
     "finite",
     "literal_fields",
 ]

@@ -46,46 +46,34 @@ printed table and premise.json).
 
 from __future__ import annotations
 
-from .command import GENERATE_PROMPTS, check_options, run_premise, sample_groups, total_rewards
+from .command import check_options, run_premise, sample_groups, total_rewards
 from .measure import (
     CONTROLS,
-    LABELS,
     NOT_SHOWN,
-    QUANTITIES,
     REVERSED,
     SHOWN,
     UNDETERMINED,
     Conditioning,
     Group,
     PremiseResult,
-    completion_logps,
-    group_summary,
-    interval,
     measure,
     measure_group,
     verdict,
 )
-from .report import MEANINGS, dump, format_table
+from .report import dump, format_table
 
 __all__ = [
     "CONTROLS",
     "Conditioning",
-    "GENERATE_PROMPTS",
     "Group",
-    "LABELS",
-    "MEANINGS",
     "NOT_SHOWN",
     "PremiseResult",
-    "QUANTITIES",
     "REVERSED",
     "SHOWN",
     "UNDETERMINED",
     "check_options",
-    "completion_logps",
     "dump",
     "format_table",
-    "group_summary",
-    "interval",
     "measure",
     "measure_group",
     "run_premise",

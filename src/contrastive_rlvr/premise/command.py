@@ -45,10 +45,15 @@ def sample_groups(
     them as in training. ``on_batch`` is called with the completions of each finished
     ``generate`` call (progress)."""
     sampling: dict[str, Any] = dict(
-        do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
-        repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
-        pad_token_id=pad_token_id, eos_token_id=list(end_ids) or None,
-    )  # fmt: skip
+        do_sample=True,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        repetition_penalty=repetition_penalty,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad_token_id,
+        eos_token_id=list(end_ids) or None,
+    )
     if min_p is not None:
         sampling["min_p"] = min_p
     sampling.update(extra or {})
@@ -218,8 +223,14 @@ def run_premise(
             messages = raw_prompts[i] if isinstance(raw_prompts[i], list) else None
             groups.append(Group(prompt_ids[i], samples[i], correct, messages))
             truncated = [not (c and c[-1] in end_ids) for c in samples[i]]
-            record = {"problem": i, "prompt": raw_prompts[i], "completions": texts,
-                      "rewards": scores, "correct": correct, "truncated": truncated}  # fmt: skip
+            record = {
+                "problem": i,
+                "prompt": raw_prompts[i],
+                "completions": texts,
+                "rewards": scores,
+                "correct": correct,
+                "truncated": truncated,
+            }
             f.write(json.dumps(record, default=str) + "\n")
             unscored += sum(not math.isfinite(x) for x in scores)
     if unscored == G * len(groups):

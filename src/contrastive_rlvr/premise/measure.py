@@ -176,8 +176,9 @@ def measure_group(
         prompts, _ = cond.prompts(group, other, budget=budget)
         side_rows = {s: [i for i, c in enumerate(other.correct) if c == s] for s in (True, False)}
         index = _side_index(group.correct)
-        picked = [side_rows[group.correct[r]][index[r] % len(side_rows[group.correct[r]])]
-                  for r in rows]  # fmt: skip
+        picked = [
+            side_rows[group.correct[r]][index[r] % len(side_rows[group.correct[r]])] for r in rows
+        ]
         ctrl = _scores(model, [prompts[p] for p in picked], rows, group)
     else:
         for r in rows:

@@ -17,25 +17,19 @@ from .extract import (
     AnswerReading,
     completion_text,
     extract_answer,
-    last_answer_line,
-    last_answer_phrase,
     last_boxed,
     last_number,
     normalize_answer,
     normalize_unicode,
 )
-from .format import FORMAT_STYLES, FormatReward, has_format
-from .loading import BUILTIN_REWARDS, load_reward_function, resolve_reward
-from .math_verify import COUNTER_KEYS, UNPARSED_STATUSES, AnswerScore, MathVerifyReward
+from .format import FormatReward, has_format
+from .loading import load_reward_function, resolve_reward
+from .math_verify import COUNTER_KEYS, MathVerifyReward
 
 __all__ = [
-    "BUILTIN_REWARDS",
     "READING_FIELDS",
     "AnswerReading",
-    "FORMAT_STYLES",
     "COUNTER_KEYS",
-    "UNPARSED_STATUSES",
-    "AnswerScore",
     "FormatReward",
     "GymReward",
     "MathVerifyReward",
@@ -43,8 +37,6 @@ __all__ = [
     "completion_text",
     "extract_answer",
     "has_format",
-    "last_answer_line",
-    "last_answer_phrase",
     "last_boxed",
     "last_number",
     "load_gym_task",

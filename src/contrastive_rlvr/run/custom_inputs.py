@@ -54,9 +54,13 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
         logger.warning(
             "%s: %d of %d rows repeat an earlier row's prompt (%d distinct prompts): held out "
             "%d prompts, each evaluated once; their %d other rows are left out of training",
-            loaded.source, split.repeats, len(data), split.problems, len(split.heldout),
+            loaded.source,
+            split.repeats,
+            len(data),
+            split.problems,
+            len(split.heldout),
             split.dropped,
-        )  # fmt: skip
+        )
     has_template = getattr(tokenizer, "chat_template", None) is not None
     conversational = is_conversational_prompt(data[0]["prompt"])
     if conversational and not (has_template and config.chat_template):
@@ -82,8 +86,10 @@ def custom_inputs(config: RLVRConfig, checked: PreflightResult | None = None) ->
     if len(heldout):
         start_log.info(
             "held-out avg@%d on %d problems is scored by reward %r (heldout_reward)",
-            config.eval_n, len(heldout), config.rewards[which],
-        )  # fmt: skip
+            config.eval_n,
+            len(heldout),
+            config.rewards[which],
+        )
         evaluate = heldout_evaluator(config, tokenizer, heldout, rewards[which], chat=chat)
     else:
         start_log.info("no held-out scoring (heldout_size=0)")

@@ -94,9 +94,10 @@ def foreign_entries(out: Path) -> list[str]:
     ours.update(p.name for p in list_checkpoints(out))
     # a write cut short leaves its temporary file (".NAME.<random>.tmp", run_files)
     return sorted(
-        p.name for p in out.iterdir()
+        p.name
+        for p in out.iterdir()
         if p.name not in ours and not (p.name.startswith(".") and p.name.endswith(".tmp"))
-    )  # fmt: skip
+    )
 
 
 def check_foreign_files(config: RLVRConfig, out: Path, *, may_write: bool) -> None:

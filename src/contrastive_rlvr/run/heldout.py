@@ -86,13 +86,18 @@ def heldout_evaluator(config: RLVRConfig, tokenizer: Any, heldout: Any, reward: 
             # None (not scored) and skip_group's non-finite marker are not correct.
             correct.append([_is_correct(s, config.reward_threshold) for s in scores])
             for k in range(n):
-                records.append({
-                    "problem_id": str(ids[i]), "seed": config.seed + k, "prompt": texts[i],
-                    "gold": row.get("answer"),
-                    "answer": extract(samples[k][i]) if callable(extract) else None,
-                    "reward": scores[k], "correct": correct[-1][k],
-                    "completion": samples[k][i],
-                })  # fmt: skip
+                records.append(
+                    {
+                        "problem_id": str(ids[i]),
+                        "seed": config.seed + k,
+                        "prompt": texts[i],
+                        "gold": row.get("answer"),
+                        "answer": extract(samples[k][i]) if callable(extract) else None,
+                        "reward": scores[k],
+                        "correct": correct[-1][k],
+                        "completion": samples[k][i],
+                    }
+                )
         if label is not None:
             write_samples(Path(config.output_dir) / "samples" / f"heldout_{label}.jsonl", records)
         return correct
@@ -112,9 +117,14 @@ class ProgressLog:
     with the count done, the share and the time so far, and one when it ends."""
 
     def __init__(
-        self, what: str, *, total: int, unit: str, every_s: float | None = None,
+        self,
+        what: str,
+        *,
+        total: int,
+        unit: str,
+        every_s: float | None = None,
         log: Callable[[str], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.what, self.total, self.unit = what, total, unit
         self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
         self.log = log or start_log.info

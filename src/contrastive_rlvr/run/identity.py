@@ -128,8 +128,10 @@ def identity_differences(saved: Any, now: dict[str, Any]) -> str | None:
     before = saved.get("rewards") or {}
     for spec, code in now.get("rewards", {}).items():
         if spec in before and before[spec] != code:
-            changes.append(f"the code of reward {spec!r} changed (sha256 {before[spec][:12]} "
-                           f"then, {code[:12]} now)")  # fmt: skip
+            changes.append(
+                f"the code of reward {spec!r} changed (sha256 {before[spec][:12]} "
+                f"then, {code[:12]} now)"
+            )
     if "dataset_folder" in saved and saved.get("dataset_folder") != now.get("dataset_folder"):
         changes.append("the files of the dataset folder changed")
     if "model" in saved and _recorded(saved["model"], now.get("model")) != saved["model"]:

@@ -36,6 +36,7 @@ catch it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -230,19 +231,15 @@ def varlen_split_forward(
         return x.transpose(1, 2).reshape(units * length, x.size(1), dim)
 
     q, k, v = flat(query), flat(key), flat(value)
+    attend = functools.partial(kernel, dropout_p=dropout, softmax_scale=scaling, causal=True)
     out = q.new_zeros(q.shape)
     if varlen.shared_index.numel() > 0:
-        s = varlen.shared_index
-        head = kernel(
-            q[s], k[s], v[s], varlen.cu_shared, varlen.cu_shared, varlen.max_shared,
-            varlen.max_shared, dropout_p=dropout, softmax_scale=scaling, causal=True,
-        )  # fmt: skip
-        out = out.index_put((s,), head)
+        s, cu, widest = varlen.shared_index, varlen.cu_shared, varlen.max_shared
+        out = out.index_put((s,), attend(q[s], k[s], v[s], cu, cu, widest, widest))
     kq, kk = varlen.query_index, varlen.key_index
-    tail = kernel(
-        q[kq], k[kk], v[kk], varlen.cu_query, varlen.cu_key, varlen.max_query,
-        varlen.max_key, dropout_p=dropout, softmax_scale=scaling, causal=True,
-    )  # fmt: skip
+    tail = attend(
+        q[kq], k[kk], v[kk], varlen.cu_query, varlen.cu_key, varlen.max_query, varlen.max_key
+    )
     out = out.index_put((kq,), tail)
     return out.view(units, length, heads, dim)
 
@@ -300,8 +297,18 @@ def _attention(base: str, kernel: VarlenKernel | None) -> Callable:
     else the model's own implementation ``base``."""
     own = ALL_ATTENTION_FUNCTIONS[base]
 
-    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                  packed_varlen=None, packed_flex=None, **kwargs):  # fmt: skip
+    def attention(
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=0.0,
+        scaling=None,
+        packed_varlen=None,
+        packed_flex=None,
+        **kwargs,
+    ):
         if packed_varlen is not None or packed_flex is not None:
             refuse_unimplemented(module, "varlen" if packed_varlen is not None else "flex", kwargs)
         if packed_varlen is not None:
@@ -311,8 +318,9 @@ def _attention(base: str, kernel: VarlenKernel | None) -> Callable:
             return out, None
         if packed_flex is not None:
             return flex_packed_forward(module, query, key, value, scaling, packed_flex), None
-        return own(module, query, key, value, attention_mask, dropout=dropout,
-                   scaling=scaling, **kwargs)  # fmt: skip
+        return own(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
 
     return attention
 

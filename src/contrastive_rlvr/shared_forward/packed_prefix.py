@@ -332,26 +332,14 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor) -> torch.T
 
 def packed_prefix_logps(
     model: torch.nn.Module,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-    *,
+    *tensors: torch.Tensor,
     layout: PackedLayout | None = None,
     chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs (B, C) of each completion after its prompt, in one forward
-    (:func:`packed_prefix_forward` without the entropies)."""
-    logps, _ = packed_prefix_forward(
-        model,
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask,
-        layout=layout,
-        chunk_rows=chunk_rows,
-    )
-    return logps
+    (:func:`packed_prefix_forward` without the entropies; ``tensors``: its
+    ``prompt_ids, prompt_mask, completion_ids, completion_mask``)."""
+    return packed_prefix_forward(model, *tensors, layout=layout, chunk_rows=chunk_rows)[0]
 
 
 def packed_prefix_forward(

@@ -187,10 +187,16 @@ class PromptSharing:
         encoded (the per-row forward's are the rows')."""
         self._ran = None
         out = self._shared_forward(
-            model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, extra=extra,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=batch_size,
+            compute_entropy=compute_entropy,
+            compute_aux_loss=compute_aux_loss,
+            extra=extra,
             autocast=autocast,
-        )  # fmt: skip
+        )
         if self.tokens.on:
             rows = row_tokens(attention_mask)
             prompt_len = input_ids.size(1) - logits_to_keep

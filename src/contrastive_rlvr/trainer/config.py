@@ -2,7 +2,8 @@
 
 :class:`RLVRConfig` is one dataclass (one YAML file, one set of ``--field``
 options) made of the groups in :mod:`.config_groups`, one per concern: model
-and data, recipe and loss, BiCC, RCC, token-level methods, diagnostics. Every field is
+and data, rewards, held-out evaluation, the run folder, the embedded task, recipe and
+loss, BiCC, RCC, token-level methods, diagnostics. Every field is
 documented once (its ``help`` is the ``train --help`` text) and validated in
 ``__post_init__`` before any model loads: each group checks its own fields,
 this class the combinations; an invalid value raises a ``ValueError`` naming the
@@ -19,16 +20,7 @@ from trl import GRPOConfig, ModelConfig
 
 from ..algorithms import check_token_method_compat
 from ..errors import UserError
-from .config_groups import (
-    BiCCOptions,
-    DataOptions,
-    DiagnosticsOptions,
-    RCCOptions,
-    RecipeOptions,
-    TokenMethodOptions,
-    check,
-    finite,
-)
+from .config_groups import CUSTOM_ONLY, GROUPS, check, finite
 from .trl_script_layout import install as _install_trl_script_layout
 from .trl_settings import check_project_loss_options
 
@@ -55,11 +47,13 @@ def prompt_sharing_of(config: Any, num_processes: int, dataset, tokenizer, model
     )
     if sharing.active:
         sharing.max_width = dataset_reachable_width(
-            dataset, tokenizer, model,
+            dataset,
+            tokenizer,
+            model,
             max_completion_length=config.max_completion_length,
             bicc_context_ratio=config.bicc_context_ratio if config.bicc else None,
             bicc_max_seq_len=config.bicc_max_seq_len,
-        )  # fmt: skip
+        )
     return sharing
 
 
@@ -99,16 +93,7 @@ def _sampling_options(use_vllm: bool) -> tuple[frozenset[str] | None, str]:
 
 
 @dataclass
-class RLVRConfig(
-    DataOptions,
-    RecipeOptions,
-    BiCCOptions,
-    RCCOptions,
-    TokenMethodOptions,
-    DiagnosticsOptions,
-    ModelConfig,
-    GRPOConfig,
-):
+class RLVRConfig(*GROUPS, ModelConfig, GRPOConfig):
     """Configuration of a contrastive-rlvr training run (extends ``trl.GRPOConfig`` and
     carries ``trl.ModelConfig``'s fields, so a TRL script's YAML and options work as they
     are: ``model_name_or_path`` (the same as ``model``), ``dtype``, ``attn_implementation``,
@@ -143,6 +128,11 @@ class RLVRConfig(
             self.activation_checkpointing = True  # TRL's default
         self._validate_ranges()
         self.validate_data()
+        self.validate_rewards()
+        self.validate_heldout()
+        self.validate_run_folder()
+        self.validate_embedded()
+        self._validate_embedded_model()
         self.validate_recipe()
         self.validate_bicc()
         self.validate_rcc()
@@ -311,6 +301,19 @@ class RLVRConfig(
                 f"generation_kwargs: {', '.join(map(repr, unknown))} is not an option of "
                 f"{sampler}{hint}; remove it, or use one of {sampler}'s options"
             )
+
+    def _validate_embedded_model(self) -> None:
+        """No custom-data field (the data and reward groups') with the embedded model."""
+        if self.model != "embedded":
+            return
+        for name, default in CUSTOM_ONLY.items():
+            value = getattr(self, name)
+            if value != default:
+                raise UserError(
+                    f"{name}={value!r} is given with model='embedded', which brings its own "
+                    f"arithmetic task and reward; drop --{name}, or set --model to the "
+                    "model to train on this dataset"
+                )
 
     def _validate_combinations(self) -> None:
         """Checks across groups: the methods that can be combined with the recipe."""

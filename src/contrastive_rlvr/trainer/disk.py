@@ -73,5 +73,7 @@ class CheckpointSizes(TrainerCallback):
             total, resume_state = checkpoint_sizes(folder)
             logger.info(
                 "%s: %s written (%s of it optimizer/resume state)",
-                folder.name, human(total), human(resume_state),
-            )  # fmt: skip
+                folder.name,
+                human(total),
+                human(resume_state),
+            )

@@ -145,10 +145,12 @@ class LearningSignal(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         now = self._counts()
         self._step_counts = {
-            name: (scored - self._baseline.get(name, (0.0, 0.0))[0],
-                   read - self._baseline.get(name, (0.0, 0.0))[1])
+            name: (
+                scored - self._baseline.get(name, (0.0, 0.0))[0],
+                read - self._baseline.get(name, (0.0, 0.0))[1],
+            )
             for name, (scored, read) in now.items()
-        }  # fmt: skip
+        }
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):

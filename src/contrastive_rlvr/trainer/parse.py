@@ -101,8 +101,9 @@ def unknown_field(name: object, known: set[str]) -> str:
 
     close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    listed = f"valid: {', '.join(sorted(known))}" if len(known) <= 20 else (
-        "`contrastive-rlvr train --fields` lists them")  # fmt: skip
+    listed = f"valid: {', '.join(sorted(known))}"
+    if len(known) > 20:
+        listed = "`contrastive-rlvr train --fields` lists them"
     return f"unknown field {name!r}{hint}; {listed}"
 
 

@@ -183,8 +183,10 @@ def _stay_in(cwd: str, name: str) -> None:
     if now != cwd:
         logger.warning(
             "reward function %r changed the working directory to %s; changed back to %s",
-            name, now, cwd,
-        )  # fmt: skip
+            name,
+            now,
+            cwd,
+        )
         os.chdir(cwd)
 
 
@@ -248,8 +250,10 @@ def unique_names(names: list[str]) -> list[str]:
         out.append(f"{name}_{k}")
         logger.warning(
             "two reward functions are named %r: the one at position %d logs as %r",
-            name, len(out), out[-1],
-        )  # fmt: skip
+            name,
+            len(out),
+            out[-1],
+        )
     return out
 
 

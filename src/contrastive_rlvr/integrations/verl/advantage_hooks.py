@@ -135,9 +135,13 @@ class AdvantageHooks:
             )
             if "rcc_log_weights" in padded.keys():
                 baseline = weighted_rcc_baselines(
-                    rewards, delta, padded["rcc_log_weights"], index,
-                    coef=opts.rcc_coef, bound=opts.rcc_bound,
-                )  # fmt: skip
+                    rewards,
+                    delta,
+                    padded["rcc_log_weights"],
+                    index,
+                    coef=opts.rcc_coef,
+                    bound=opts.rcc_bound,
+                )
             else:
                 baseline = rcc_baselines(
                     rewards.float(), delta.float(), index, coef=opts.rcc_coef, bound=opts.rcc_bound

@@ -27,7 +27,8 @@ import sys
 from typing import Any
 
 from .advantages import ESTIMATORS
-from .settings import TRAINER_MODES, check_settings, crlvr_options
+from .modes import TRAINER_MODES
+from .settings import check_settings, crlvr_options
 
 #: Where the BiCC / RCC / ConSPO hooks run.
 SUPPORTED = (

@@ -20,14 +20,7 @@ from .advantages import ESTIMATORS, EstimatorSpec
 from .config import VERL_GROUPS, WHERE, CrlvrPolicyLossConfig, refuse_renamed
 from .groups import check_conspo_layout
 from .losses import PREFIX, is_contrastive_loss
-from .modes import (  # noqa: F401  (re-exported: the trainer and the tests read them here)
-    ASYNC_TRAINERS,
-    TRAINER_MODES,
-    TRAINER_NAME,
-    is_async,
-    rollout_correction,
-    trainer_name,
-)
+from .modes import rollout_correction, trainer_name
 from .stale_checks import check_staleness, recomputes_old_log_probs
 
 

@@ -77,7 +77,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from .advantage_hooks import AdvantageHooks
 from .bicc_hooks import BiCCHooks
 from .group_balance import GroupBalance
-from .settings import TRAINER_MODES, TRAINER_NAME, check_settings
+from .modes import TRAINER_MODES, TRAINER_NAME
+from .settings import check_settings
 from .staleness import StalenessHooks
 from .worker import CrlvrActorRolloutRefWorker, CrlvrDetachActorWorker
 

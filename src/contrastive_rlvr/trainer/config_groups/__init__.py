@@ -12,13 +12,22 @@ from ...method_options import check, finite
 from .bicc import BiCCOptions
 from .data import DataOptions
 from .diagnostics import DiagnosticsOptions
+from .embedded import CUSTOM_ONLY, EmbeddedTaskOptions
+from .heldout import HeldoutOptions
 from .rcc import RCCOptions
 from .recipe import RecipeOptions
+from .rewards import RewardOptions
+from .run_folder import RunFolderOptions
 from .token_methods import TokenMethodOptions
 
-# The order ``train --help`` lists them in (TRL's own fields come after).
+# The order ``train --help`` lists them in (TRL's own fields come after); RLVRConfig
+# inherits them in this order.
 GROUPS = (
     DataOptions,
+    RewardOptions,
+    HeldoutOptions,
+    RunFolderOptions,
+    EmbeddedTaskOptions,
     RecipeOptions,
     BiCCOptions,
     RCCOptions,
@@ -27,13 +36,11 @@ GROUPS = (
 )
 
 __all__ = [
+    "CUSTOM_ONLY",
     "GROUPS",
     "BiCCOptions",
-    "DataOptions",
-    "DiagnosticsOptions",
     "RCCOptions",
     "RecipeOptions",
-    "TokenMethodOptions",
     "check",
     "finite",
 ]

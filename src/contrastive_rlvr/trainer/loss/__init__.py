@@ -28,25 +28,16 @@ objectives), :mod:`.build` (the loss objects and :func:`build_loss`).
 
 from __future__ import annotations
 
-from .build import Loss, MixedLoss, TRLLoss, _policy_objective, _vocab_size, build_loss
-from .context import LossContext, Metrics, PolicyLogps, old_logps, without_tool_tokens
-from .corrections import (
-    RCC_REFERENCE_KEY,
-    LossTimeRCC,
-    SamplingCorrection,
-    mask_sampling_logps,
-    rcc_advantages_of,
-)
-from .objectives import ContrastiveObjective, PolicyObjective, oc_options, reco_options
+from .build import Loss, MixedLoss, TRLLoss, _policy_objective, build_loss
+from .context import LossContext, PolicyLogps, old_logps, without_tool_tokens
+from .corrections import SamplingCorrection, rcc_advantages_of
+from .objectives import ContrastiveObjective, PolicyObjective, reco_options
 from .transfer import TransferProbe
 
 __all__ = [
-    "RCC_REFERENCE_KEY",
     "ContrastiveObjective",
     "Loss",
     "LossContext",
-    "LossTimeRCC",
-    "Metrics",
     "MixedLoss",
     "PolicyLogps",
     "PolicyObjective",
@@ -54,11 +45,8 @@ __all__ = [
     "TRLLoss",
     "TransferProbe",
     "_policy_objective",
-    "_vocab_size",
     "build_loss",
-    "mask_sampling_logps",
     "old_logps",
-    "oc_options",
     "rcc_advantages_of",
     "reco_options",
     "without_tool_tokens",
