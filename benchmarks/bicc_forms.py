@@ -93,6 +93,14 @@ def _cell(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:+.{digits}f}"
 
 
+def _pp(summary: dict, signed: bool = False) -> str:
+    """A compare summary (mean, ci_half_width) in percentage points; one seed has no
+    interval."""
+    mean = f"{100 * summary['mean']:{'+' if signed else ''}.1f}"
+    half = summary.get("ci_half_width")
+    return f"{mean} (one seed: no interval)" if half is None else f"{mean} ± {100 * half:.1f}"
+
+
 def table(root: Path, forms: list[str]) -> str:
     lines = [
         "| form | held-out avg@n after RL (%) | Δ vs GRPO (pp, paired) | seeds | transfer_cos, "
@@ -102,7 +110,7 @@ def table(root: Path, forms: list[str]) -> str:
     plain = json.loads((root / "plain" / "results.json").read_text())["rows"][0]
     after = plain["after"]
     lines.append(
-        f"| GRPO | {100 * after['mean']:.1f} ± {100 * after['ci_half_width']:.1f} | — | "
+        f"| GRPO | {_pp(after)} | — | "
         f"{after['n']} | – | – | – |"
     )
     for name in forms:
@@ -114,12 +122,10 @@ def table(root: Path, forms: list[str]) -> str:
             continue
         arm, diff = rows["bicc"]["after"], rows["bicc"]["diff_vs_plain"]
         t = transfer(root / name)
-        delta = "–"
-        if diff is not None:
-            delta = f"{100 * diff['mean']:+.1f} ± {100 * diff['ci_half_width']:.1f}"
+        delta = "–" if diff is None else _pp(diff, signed=True)
         lines.append(
-            f"| {name} (`{' '.join(FORMS[name])}`) | {100 * arm['mean']:.1f} ± "
-            f"{100 * arm['ci_half_width']:.1f} | {delta} | {arm['n']} | {_cell(t['first'])} | "
+            f"| {name} (`{' '.join(FORMS[name])}`) | {_pp(arm)} | {delta} | {arm['n']} | "
+            f"{_cell(t['first'])} | "
             f"{_cell(t['every'])} | {_cell(t['gap'])} |"
         )
     return "\n".join(lines)
