@@ -34,11 +34,13 @@ def test_help_shows_the_docstring_and_trls_parameters():
     assert "TRL's GRPOTrainer documentation:" in text and "reward_funcs (" in text
 
 
-def test_tiny_random_on_conversations_is_one_line_naming_the_fix(tmp_path):
+@pytest.mark.parametrize("bicc", [False, True])  # BiCC: the forward measures prompt widths
+def test_tiny_random_on_conversations_is_one_line_naming_the_fix(tmp_path, bicc):
     rows = [{"prompt": [{"role": "user", "content": f"{i}+{i}="}]} for i in range(8)]
     with pytest.raises(UserError) as err:
         RLVRTrainer(model="tiny-random", reward_funcs=lambda completions, **k: [0.0],
-                    args=make_config(tmp_path), train_dataset=Dataset.from_list(rows))  # fmt: skip
+                    args=make_config(tmp_path, bicc=bicc),
+                    train_dataset=Dataset.from_list(rows))  # fmt: skip
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(

@@ -71,6 +71,8 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         self._aux_losses: list[torch.Tensor] = []
         self.last_batch_stats: dict[str, torch.Tensor] = {}
         adapter = is_adapter(self.accelerator.unwrap_model(self.model))
+        # merge_adapter, chat templates: before anything renders a prompt (the forward's width)
+        check_script_inputs(self, adapter, name)
         if adapter:
             record_base_model(self.accelerator.unwrap_model(self.model))
         # A PEFT adapter's reference is its base model with the adapter off, as TRL's.
@@ -96,7 +98,6 @@ class RLVRTrainer(ScriptSaving, WholeCheckpoints, EpochAlignedResume, GRPOTraine
         index = self.accelerator.process_index
         self._prompt_walk = PromptWalk(self.train_dataset, config.seed, index)
         attach_project_callbacks(self)  # guards, metrics.jsonl, diagnostics (callbacks.py)
-        check_script_inputs(self, adapter, name)  # merge_adapter, chat templates
 
     # ------------------------------------------------------------------ shared plumbing
 
