@@ -71,6 +71,15 @@ def test_an_unknown_key_names_the_closest_field(tmp_path):
     one_line(result, 2, "unknown field 'num_generation' (did you mean num_generations?)")
 
 
+
+def test_a_verl_only_stale_rollout_field_says_so_on_train(tmp_path):
+    path = _yaml(tmp_path, "model: embedded\nrcc_offpolicy: refuse\n")
+    result = cli(["train", "--config", str(path), "--output_dir", str(tmp_path / "o")])
+    one_line(result, 2, "'rcc_offpolicy' is a verl option (its asynchronous modes")
+    result = cli(["train", "--stale_ratio", "sampler", "--output_dir", str(tmp_path / "o")])
+    one_line(result, 2, "'stale_ratio' is a verl option")
+    assert "drop it" in result.output and not (tmp_path / "o").exists()
+
 @dataclasses.dataclass
 class _Options(AdvantageFields, ConSPOFields, RCCFields, BiCCFields):
     """The shared groups as verl's policy-loss config holds them (without verl)."""

@@ -96,9 +96,18 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
 
 
 def unknown_field(name: object, known: set[str]) -> str:
-    """``unknown field NAME (did you mean CLOSEST?)`` and where the fields are listed."""
+    """``unknown field NAME (did you mean CLOSEST?)`` and where the fields are listed; a
+    verl-only field (the stale-rollout choices) says so."""
+    import dataclasses
     import difflib
 
+    from ..method_options.staleness import StalenessFields
+
+    if str(name) in {f.name for f in dataclasses.fields(StalenessFields)}:
+        return (
+            f"{name!r} is a verl option (its asynchronous modes train on stale rollouts); "
+            "TRL generates with the weights it updates, so train has no stale rows: drop it"
+        )
     close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     listed = f"valid: {', '.join(sorted(known))}"
