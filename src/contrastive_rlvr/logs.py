@@ -16,6 +16,7 @@ project's own stderr handler then stays silent, so no line is printed twice.
 from __future__ import annotations
 
 import logging
+import sys
 
 PACKAGE = "contrastive_rlvr"
 FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -29,7 +30,20 @@ class _UnlessRootHandles(logging.Filter):
 
 
 class _ProjectHandler(logging.StreamHandler):
-    """The one stderr handler :func:`follow_log_level` adds to the package logger."""
+    """The one stderr handler :func:`follow_log_level` adds to the package logger.
+
+    It writes to whatever ``sys.stderr`` is when a record comes, not the stream current
+    when it was made: ``compare`` with ``jobs 1`` runs each training run in its own process
+    with stderr redirected to that run's log, so a handler holding the first run's log file
+    would write every later run's lines to a closed file (lost, each one a "Logging error"
+    traceback instead)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # StreamHandler's would fix the stream now
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
 
 
 def follow_log_level(level: int) -> None:

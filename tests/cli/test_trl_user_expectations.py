@@ -192,6 +192,28 @@ log.info("through-root")
     assert err[2:] == ["ROOT through-root"]
 
 
+def test_project_log_lines_follow_a_redirected_stderr(tmp_path):
+    """compare's in-process runs redirect stderr to each run's log and close it after: the
+    second run's lines must land in the second log, not fail on the first one's closed file."""
+    code = f"""
+import contextlib, logging
+from pathlib import Path
+from contrastive_rlvr.logs import follow_log_level
+log = logging.getLogger("contrastive_rlvr.start")
+for name in ("run1.log", "run2.log"):
+    with open(Path({str(tmp_path)!r}) / name, "w") as f, contextlib.redirect_stderr(f):
+        follow_log_level(logging.INFO)
+        log.info("line of " + name)
+log.info("after both")
+"""
+    result = _run_python(code)
+    assert result.returncode == 0, result.stderr
+    for name in ("run1.log", "run2.log"):
+        text = (tmp_path / name).read_text()
+        assert text == f"INFO contrastive_rlvr.start: line of {name}\n", text
+    assert result.stderr == "INFO contrastive_rlvr.start: after both\n", result.stderr
+
+
 # -- item: push_to_hub at the end of a run ----------------------------------------------
 
 
