@@ -478,3 +478,52 @@ def test_rcc_arm_without_gradient_variance_lines_reports_none(tmp_path):
                        '"diag/grad_var_rcc": 0.0}\n')  # fmt: skip
     assert cmp.grad_var_summary(metrics) is None  # plain mean 0: no ratio
     assert cmp.grad_var_summary(tmp_path / "missing.jsonl") is None
+
+
+# ---------------------------------------------------------------------- runs in compare's process
+
+IN_PROCESS_ARGS = [
+    "--recipes", "grpo", "--arms", "bicc", "--max_steps", "3", "--embedded_sft_steps", "200",
+    "--eval_n", "1", "--eval_limit", "16", "--save_strategy", "no", "--torch_threads", "1",
+    "--log_level", "info",
+]  # fmt: skip
+
+
+def test_in_process_runs_keep_their_own_output_and_numbers(tmp_path):
+    """``jobs 1`` runs every run in ``compare``'s process, one after the other. Each run's
+    log holds its own lines as a child process's would: the project's (not lost to the first
+    run's closed log file) and transformers' (whose handler was made before the run, on the
+    console), none of them on compare's console; and a run's numbers do not depend on the
+    runs before it in the process (seed 1 after seed 0 = seed 1 alone)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+    def compare(out: Path, seeds: str) -> str:
+        cmd = [sys.executable, "-m", "contrastive_rlvr.cli", "compare", "--out", str(out),
+               "--seeds", seeds, *IN_PROCESS_ARGS]  # fmt: skip
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    console = compare(tmp_path / "both", "0,1")
+    assert "Running training" not in console and "contrastive_rlvr" not in console, console
+    for seed in (0, 1):
+        log = (tmp_path / "both" / "grpo" / "bicc" / f"seed{seed}" / "train.log").read_text()
+        assert "Logging error" not in log, log[-3000:]
+        assert "***** Running training *****" in log, log[-3000:]  # transformers, at info
+        assert "INFO contrastive_rlvr.run.command: settings: " in log, log[-3000:]
+    compare(tmp_path / "alone", "1")
+
+    def numbers(out: Path) -> tuple:
+        run = out / "grpo" / "bicc" / "seed1"
+        steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        summary = json.loads((run / "summary.json").read_text())
+        keys = ("loss", "reward", "grad_norm", "bicc/transfer_cos")
+        return [[s.get(k) for k in keys] for s in steps], summary["heldout_avg@n_after"]
+
+    after_seed0, alone = numbers(tmp_path / "both"), numbers(tmp_path / "alone")
+    assert after_seed0 == alone
+    assert any(step[1] > 0 for step in alone[0])  # rewarded completions: numbers that can differ

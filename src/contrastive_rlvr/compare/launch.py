@@ -6,6 +6,7 @@ entry point (``python -m contrastive_rlvr.compare COMMAND ...``)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -107,7 +108,7 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
             if _CHILDREN.stopping.is_set() and code != 0:
                 raise KeyboardInterrupt
             return code
-        with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        with _output_to(f):
             try:
                 _worker(argv)
             except KeyboardInterrupt:
@@ -116,6 +117,39 @@ def _launch(argv: list[str], log: Path, in_process: bool) -> int:
                 traceback.print_exc(file=f)
                 return 1
     return 0
+
+
+@contextlib.contextmanager
+def _output_to(f):
+    """Send a run's output to ``f`` while it runs in this process, as a child process's
+    goes: ``sys.stdout``, ``sys.stderr``, and every log handler that writes to the console.
+    A library's handler (transformers', datasets') keeps the stream that was ``sys.stderr``
+    when it was made, so redirecting ``sys.stderr`` alone would leave its lines (``Running
+    training``, warnings) on ``compare``'s console instead of in the run's log; and one made
+    during the run keeps ``f``, closed once the run ends: it goes back to the console."""
+    console = sys.stderr
+    consoles = [sys.stdout, console, sys.__stdout__, sys.__stderr__]
+    moved = {h: h.setStream(f) for h in _stream_handlers(consoles)}
+    with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            yield
+        finally:
+            for h in _stream_handlers([f]):
+                h.setStream(moved.get(h, console))
+
+
+def _stream_handlers(streams: list) -> list[logging.StreamHandler]:
+    """Every log handler that holds one of ``streams``. A handler whose stream is a
+    property follows ``sys.stderr`` by itself (the project's, logs.py) and is left out."""
+    loggers = [logging.root, *logging.root.manager.loggerDict.values()]
+    handlers = {h for x in loggers if isinstance(x, logging.Logger) for h in x.handlers}
+    return [
+        h
+        for h in handlers
+        if isinstance(h, logging.StreamHandler)
+        and not isinstance(getattr(type(h), "stream", None), property)
+        and any(h.stream is s for s in streams if s is not None)
+    ]
 
 
 def _record_failure(directory: Path, what: str, code: int, log: Path) -> str:
