@@ -217,24 +217,43 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
+def _smoothed(window: int) -> str:
+    """The axis label's note on :func:`_smooth` (none for a window of one step)."""
+    return f" (moving average, {window} steps)" if window > 1 else ""
+
+
 def _mean_band(runs: Sequence[Run], key: str, window: int = 1):
-    """Steps common to the runs, and the mean, min and max over runs of the smoothed series."""
+    """Every step any run logged ``key`` at, and at each the mean, min and max of the
+    smoothed series over the runs that logged it there, and how many did.
+
+    A union, not the steps common to all runs: a probe that measured nothing on one seed
+    (``bicc/transfer_cos`` in a micro-batch with no signal) or a run that stopped early
+    would otherwise remove that step from every seed's line.
+
+    Returns ``(steps, mean, low, high, counts)``, each of shape ``(S,)``, or None."""
     series = [r.series(key) for r in runs]
     series = [(s, _smooth(v, window)) for s, v in series if s.size]
     if not series:
         return None
-    common = sorted(set.intersection(*(set(s.tolist()) for s, _ in series)))
-    if not common:
-        return None
-    stacked = np.stack([v[np.searchsorted(s, common)] for s, v in series])
-    return np.asarray(common), stacked.mean(0), stacked.min(0), stacked.max(0)
+    steps = np.unique(np.concatenate([s for s, _ in series]))
+    at = [[v[s == step][:1] for s, v in series] for step in steps]  # a run's first, if twice
+    values = [np.concatenate(parts) for parts in at]
+    return (
+        steps,
+        np.array([v.mean() for v in values]),
+        np.array([v.min() for v in values]),
+        np.array([v.max() for v in values]),
+        np.array([v.size for v in values]),
+    )
 
 
 def _plot_band(ax, runs, key, arm, window=1, label=None) -> bool:
     band = _mean_band(runs, key, window)
     if band is None:
         return False
-    steps, mean, lo, hi = band
+    steps, mean, lo, hi, counts = band
+    if label is not None and counts.min() < len(runs):
+        label = f"{label}, {counts.min()}-{counts.max()} of them a step"
     color = ARM_COLORS[arm]
     ax.plot(steps, mean, color=color, label=label, lw=1.5)
     if len(runs) > 1:
@@ -286,7 +305,7 @@ def plot_curves(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | No
             ax_a.plot([last], [after], marker="*", ms=12, ls="", color=ARM_COLORS[arm])
     ax_a.plot([], [], marker="o", ls="", color="gray", mfc="white", label="held-out, before RL")
     ax_a.plot([], [], marker="*", ms=12, ls="", color="gray", label="held-out, after RL")
-    ax_r.set(xlabel="step", ylabel=f"mean reward (moving average, {window} steps)")
+    ax_r.set(xlabel="step", ylabel=f"mean reward{_smoothed(window)}")
     ax_r.set_title(f"{_title(recipe)}: training reward")
     ax_a.set(xlabel="step", ylabel="accuracy")
     ax_a.set_title(f"{_title(recipe)}: training accuracy and held-out avg@n")
@@ -309,7 +328,7 @@ def plot_cov(recipe: str, arms: dict[str, list[Run]], out: Path) -> Path | None:
         plt.close(fig)
         return None
     ax.axhline(0, color="black", lw=0.7)
-    ax.set(xlabel="step", ylabel=f"mean over groups of Cov(R, δ) (moving average, {window} steps)")
+    ax.set(xlabel="step", ylabel=f"mean over groups of Cov(R, δ){_smoothed(window)}")
     ax.set_title(f"{_title(recipe)}: Cov(R, δ), δ = mean_t log π_θ/π_ref")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

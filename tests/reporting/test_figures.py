@@ -218,3 +218,23 @@ def test_report_of_an_eval_folder(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no results.json"):
         write_report(tmp_path / "empty")
+
+
+def test_a_band_keeps_every_step_any_seed_logged(tmp_path):
+    """Probes missing on some seeds (no signal in the probed micro-batch) or a seed that
+    stopped early: each step is drawn over the seeds that logged it, not dropped for all."""
+    from contrastive_rlvr.plots import _mean_band
+
+    probes = {0: [(1, 0.8), (3, 0.9), (5, 0.7)], 1: [(1, 0.6), (3, 0.5), (7, 0.4)]}
+    for seed, rows in probes.items():
+        run = tmp_path / f"b{seed}"
+        run.mkdir()
+        summary = {"recipe": "grpo", "bicc": True, "rcc": False, "seed": seed, "steps": 7}
+        (run / "summary.json").write_text(json.dumps(summary))
+        lines = [{"step": step, "bicc/transfer_cos": value} for step, value in rows]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    steps, mean, low, high, counts = _mean_band(find_runs([tmp_path]), "bicc/transfer_cos")
+    assert steps.tolist() == [1, 3, 5, 7]
+    assert mean.tolist() == pytest.approx([0.7, 0.7, 0.7, 0.4])  # (0.8+0.6)/2, (0.9+0.5)/2
+    assert low.tolist() == [0.6, 0.5, 0.7, 0.4] and high.tolist() == [0.8, 0.9, 0.7, 0.4]
+    assert counts.tolist() == [2, 2, 1, 1]
