@@ -1,7 +1,6 @@
 """Confidence intervals: Student t intervals over seeds (a mean, paired differences; too
 few seeds for an interval inside the metric's range is said, not printed), Wilson score
-intervals of an evaluation score over its problems (avg@n, pass@k), and the problem-level
-bootstrap.
+intervals of an evaluation score over its problems (avg@n, pass@k).
 
 The t quantile is computed here (no SciPy dependency): the CDF of Student's t
 with ``dof`` degrees of freedom is ``1/2 + integral_0^t f(x) dx`` with density
@@ -226,48 +225,3 @@ def score_interval(per_problem: Sequence[float], level: float = 0.95) -> Proport
         raise ValueError("score_interval takes per-problem values in [0, 1]")
     p = sum(values) / len(values)
     return wilson_interval(p * len(values), len(values), level)
-
-
-#: Bootstrap resamples of an evaluation interval, and the generator's seed (fixed, so the
-#: same results give the same interval).
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
-
-
-@dataclass(frozen=True)
-class BootstrapCI:
-    """A score (mean over ``problems`` of per-problem values) and its bootstrap interval."""
-
-    value: float
-    low: float
-    high: float
-    problems: int
-    level: float
-
-    def to_dict(self) -> dict:
-        return {"value": self.value, "ci_low": self.low, "ci_high": self.high, "level": self.level}
-
-
-def bootstrap_mean_ci(
-    per_problem: Sequence[float],
-    level: float = 0.95,
-    *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> BootstrapCI:
-    """Mean of ``per_problem`` (P values, e.g. ``c_i / n`` for avg@n or each problem's
-    pass@k) and its percentile bootstrap interval: ``resamples`` draws of P problems with
-    replacement, the interval the ``(1-level)/2`` and ``(1+level)/2`` quantiles of their
-    means. With n = 1 sample per problem this is the binomial proportion's interval
-    (about ``p +- 1.96 sqrt(p(1-p)/P)`` for large P)."""
-    import numpy as np
-
-    values = np.asarray(per_problem, dtype=float)
-    if values.size == 0:
-        raise ValueError("bootstrap_mean_ci needs at least one problem")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return BootstrapCI(float(values.mean()), float(low), float(high), int(values.size), level)

@@ -3,8 +3,6 @@ their counts, the trainer's summary.json counts, compare's one-seed caveat."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from rich.console import Console
 
@@ -12,30 +10,6 @@ from contrastive_rlvr import compare as cmp
 from contrastive_rlvr.evaluation import summarize
 from contrastive_rlvr.evaluation.report import results_table
 from contrastive_rlvr.run.heldout import heldout_score
-from contrastive_rlvr.stats import bootstrap_mean_ci
-
-
-def test_bootstrap_of_equal_problems_has_no_width():
-    ci = bootstrap_mean_ci([0.25] * 7)
-    assert (ci.value, ci.low, ci.high, ci.problems) == (0.25, 0.25, 0.25, 7)
-
-
-def test_bootstrap_with_one_sample_per_problem_is_the_binomial_interval():
-    # 400 problems, 120 right: p = 0.3; the normal binomial interval is
-    # 0.3 +- 1.96 * sqrt(0.3 * 0.7 / 400) = 0.3 +- 0.04491
-    ci = bootstrap_mean_ci([1.0] * 120 + [0.0] * 280)
-    half = 1.96 * math.sqrt(0.3 * 0.7 / 400)
-    assert ci.value == pytest.approx(0.3)
-    assert ci.low == pytest.approx(0.3 - half, abs=0.006)
-    assert ci.high == pytest.approx(0.3 + half, abs=0.006)
-
-
-def test_bootstrap_keeps_a_problems_samples_together():
-    # 100 problems, n = 4, each all right or all wrong (perfectly correlated samples):
-    # the interval is the one of 100 coin flips, +- 1.96 * sqrt(0.25 / 100) = +- 0.098,
-    # not the binomial over 400 samples (+- 0.049)
-    ci = bootstrap_mean_ci([1.0] * 50 + [0.0] * 50)
-    assert ci.high - ci.low == pytest.approx(2 * 0.098, abs=0.015)
 
 
 def test_eval_report_has_intervals_and_counts():
