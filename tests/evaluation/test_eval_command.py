@@ -146,12 +146,12 @@ def test_benchmark_fields_without_a_file_is_refused():
 
 
 def test_eval_of_a_file_with_a_field_mapping_records_what_it_read(tiny_model_dir, tmp_path):
-    data = tmp_path / "data" / "heldout.jsonl"
+    data = tmp_path / "data[v2]" / "heldout.jsonl"  # brackets: printed as written
     data.parent.mkdir()
     rows = [{"id": f"wp-{i}", "question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}
             for i in range(3)]  # fmt: skip
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "out"
+    out = tmp_path / "out[1]"
     args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", f"sums={data}", "--n", "1"]
     args += ["--benchmark-fields", "prompt=question,answer=answer,id=id,format=gsm8k"]
     args += ["--max-new-tokens", "4", "--output-dir", str(out), "--backend", "hf"]
@@ -167,6 +167,7 @@ def test_eval_of_a_file_with_a_field_mapping_records_what_it_read(tiny_model_dir
     ]
     assert golds == ["1", "2", "3"]
     assert f"sums: read from {data}" in result.output.replace("\n", "")
+    assert f"results: {out / 'results.json'}" in result.output.replace("\n", "")
 
 
 @pytest.mark.parametrize(

@@ -92,3 +92,15 @@ def test_dataset_name_folder_through_preflight(tmp_path):
     _rows("file").to_json(tmp_path / "x.jsonl")
     with pytest.raises(UserError, match="dataset_config='main' names a configuration"):
         preflight(file_config)
+
+
+def test_glob_characters_in_a_path(tmp_path):
+    """datasets reads data_files and a folder's files as glob patterns: a file under a
+    "[v2]" folder is read as written; a Hub-layout folder there is refused in one line."""
+    path = tmp_path / "runs[v2]" / "gsm8k.jsonl"
+    path.parent.mkdir()
+    _rows("file").to_json(path)
+    assert load_prompts(path).dataset["prompt"][1] == "file 1+1?"
+    root = _hub_layout(tmp_path / "data[1]")
+    with pytest.raises(ValueError, match=r"holds a glob character .*: rename the folder"):
+        load_prompts(root, hub_config="main")

@@ -28,12 +28,14 @@ def test_eval_report_has_intervals_and_counts():
 
 
 def test_eval_table_shows_avg_at_n_and_pass_at_1_once_and_says_why():
-    r = summarize("hand", [[0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1]], [[0] * 4] * 3)
+    r = summarize("hand[v2]", [[0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1]], [[0] * 4] * 3)
     console = Console(width=200, record=True)
-    console.print(results_table([r]))
+    console.print(results_table([r], title="runs/[exp]/model  (n=4)"))
     text = console.export_text()
     assert "avg@n = pass@1" in text and "| pass@1" not in text and "pass@2" in text
     assert "k = 1 is the mean of c_i / n" in text
+    assert "one column. [low, high]: 95% Wilson score interval" in " ".join(text.split())
+    assert "runs/[exp]/model  (n=4)" in text and "hand[v2]" in text  # names as given
     lo, hi = r.intervals["avg_at_n"]["ci_low"], r.intervals["avg_at_n"]["ci_high"]
     assert f"0.417 [{lo:.3f}, {hi:.3f}]" in text
 

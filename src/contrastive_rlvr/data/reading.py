@@ -5,6 +5,7 @@ the ``datasets`` cache folder of that content)."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -167,8 +168,8 @@ def _datasets_error(source: object, err: Exception) -> ValueError:
 def _load_local(builder: str, path: Path, **kwargs: Any) -> Dataset:
     from datasets import load_dataset
 
-    try:
-        return load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    try:  # data_files is a glob pattern: a "[v2]" in the path would be read as one
+        return load_dataset(builder, data_files=glob.escape(str(path)), split="train", **kwargs)
     except Exception as err:
         raise _datasets_error(path, err) from err
 
@@ -326,6 +327,12 @@ def _read_folder(path: Path, hub_config: str | None, split: str) -> Dataset:
     if (path / "state.json").is_file():
         _no_configs(path, hub_config, split, "a Dataset saved with save_to_disk")
         return load_from_disk(str(path))
+    if glob.has_magic(str(path)):  # datasets globs inside it, and no escape reaches that
+        raise ValueError(
+            f"{path}: datasets finds a folder's files by glob patterns, and this path holds "
+            "a glob character ([, ], * or ?) it would misread (it finds no files): rename the "
+            "folder, or pass one of its data files (.jsonl, .json, .parquet, .csv)"
+        )
     try:
         return load_dataset(str(path), hub_config, split=split)
     except Exception as err:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from ..algorithms import avg_at_n, pass_at_k
 from ..stats import SCORE_INTERVAL_METHOD, score_interval
@@ -121,7 +122,11 @@ def results_table(reports: Sequence[BenchmarkReport], title: str = "") -> Table:
     """One row per benchmark: problems, n, avg@n (= pass@1) and pass@k for k > 1, each
     with its interval, unparsable count; :data:`TABLE_NOTE` as the caption."""
     ks = sorted({k for r in reports for k in r.pass_at_k if k > 1})
-    table = Table(title=title or None, caption=TABLE_NOTE, caption_justify="left")
+    # Text, not markup strings: rich would read "[low, high]" (or a "[v2]" in a model's or
+    # a benchmark file's name) as a style tag and drop it.
+    table = Table(
+        title=Text(title) if title else None, caption=Text(TABLE_NOTE), caption_justify="left"
+    )
     table.add_column("benchmark")
     table.add_column("problems", justify="right")
     table.add_column("n", justify="right")
@@ -133,7 +138,7 @@ def results_table(reports: Sequence[BenchmarkReport], title: str = "") -> Table:
         cis = r.intervals.get("pass_at_k", {})
         cells = [_with_ci(r.pass_at_k[k], cis.get(k)) if k in r.pass_at_k else "" for k in ks]
         table.add_row(
-            r.benchmark,
+            Text(r.benchmark),
             str(r.problems),
             str(r.n),
             _with_ci(r.avg_at_n, r.intervals.get("avg_at_n")),

@@ -451,7 +451,7 @@ def _evaluate_locked(
     }
     write_file(out_dir, results_path.name, json.dumps(payload, indent=2))
     console.print(results_table(reports, title=f"{config.model}  (n={config.n})"))
-    for name, src in sources.items():
-        console.print(f"{name}: read from {src.source} ({src.origin})")
-    console.print(f"results: {results_path}")
+    for name, src in sources.items():  # paths as written: no rich markup
+        console.print(f"{name}: read from {src.source} ({src.origin})", markup=False)
+    console.print(f"results: {results_path}", markup=False)
     return EvalResult(reports=reports, results_path=results_path)
