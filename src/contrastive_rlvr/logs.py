@@ -33,10 +33,10 @@ class _ProjectHandler(logging.StreamHandler):
     """The one stderr handler :func:`follow_log_level` adds to the package logger.
 
     It writes to whatever ``sys.stderr`` is when a record comes, not the stream current
-    when it was made: ``compare`` with ``jobs 1`` runs each training run in its own process
-    with stderr redirected to that run's log, so a handler holding the first run's log file
-    would write every later run's lines to a closed file (lost, each one a "Logging error"
-    traceback instead)."""
+    when it was made: ``compare`` with ``jobs 1`` runs its training runs one after another
+    in its own process, stderr redirected to each run's log, so a handler holding the first
+    run's log file would write every later run's lines to a closed file (lost, each one a
+    "Logging error" traceback instead)."""
 
     def __init__(self) -> None:
         logging.Handler.__init__(self)  # StreamHandler's would fix the stream now

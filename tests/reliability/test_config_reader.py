@@ -71,7 +71,6 @@ def test_an_unknown_key_names_the_closest_field(tmp_path):
     one_line(result, 2, "unknown field 'num_generation' (did you mean num_generations?)")
 
 
-
 def test_a_verl_only_stale_rollout_field_says_so_on_train(tmp_path):
     path = _yaml(tmp_path, "model: embedded\nrcc_offpolicy: refuse\n")
     result = cli(["train", "--config", str(path), "--output_dir", str(tmp_path / "o")])
