@@ -93,6 +93,9 @@ def _compare_section(report: dict) -> str:
         _table(["method", "after RL (%)", "Δ vs plain (pp)", "SFT start (%)", "seeds"], rows),
         f"<p class=note>Intervals: {_esc(report['ci'])}; Δ: {_esc(report['difference'])}.</p>",
     ]
+    forms = [f"{r['label']}: {r['bicc_form']}" for r in report["rows"] if r.get("bicc_form")]
+    if forms:
+        parts.append(f"<p class=note>BiCC's form in each BiCC arm: {_esc('; '.join(forms))}.</p>")
     if report.get("no_interval"):
         parts.append(f"<p class=note>{_esc(report['no_interval'])}</p>")
     gv = [r for r in report["rows"] if r.get("grad_var_ratio")]

@@ -165,6 +165,12 @@ def test_table_numbers_by_hand_and_failures_reported(tmp_path, fake_training):
     assert "| GRPO + RCC | 78.7 ± 10.3 | +3.7 ± 3.8 | 50.0 ± 0.0 | 3 |" in table
     assert "| GRPO + BiCC | 60.0 ± 0.0 | -15.0 ± 63.5 | 50.0 ± 0.0 | 2 |" in table
     assert "GRPO + RCC: not distinguishable from the plain arm" in table
+    # the BiCC arm's form, as its runs resolved it (the default: distill at weight 0.1)
+    assert rows["bicc"]["bicc_form"] == (
+        "bicc_form distill: weight 0.1, rows wrong, teacher sampling"
+    )
+    assert rows["plain"]["bicc_form"] is None and rows["rcc"]["bicc_form"] is None
+    assert "- GRPO + BiCC: bicc_form distill: weight 0.1, rows wrong, teacher sampling" in table
     # the failure is recorded with its message; the other runs went on
     assert report["failed"] == [
         {"recipe": "grpo", "arm": "bicc", "seed": 2,
@@ -177,6 +183,22 @@ def test_table_numbers_by_hand_and_failures_reported(tmp_path, fake_training):
     fake_training.clear()
     cmp.run_compare(spec, echo=lines.append)
     assert fake_training == [("grpo", "bicc", 2)]
+
+
+def test_the_table_names_the_bicc_form_the_overrides_chose(tmp_path, fake_training):
+    spec = cmp.make_spec(
+        recipes="grpo", arms="plain,bicc", seeds="0,1", output_dir=tmp_path / "out",
+        overrides=["--bicc_mix", "0.5", "--bicc_ratio_mode", "consistent"],
+    )  # fmt: skip
+    report = cmp.run_compare(spec, echo=lambda line: None)
+    table = (tmp_path / "out" / "results.md").read_text()
+    words = "bicc_form conditioned: bicc_mix 0.5, ratio consistent"
+    assert [row["bicc_form"] for row in report["rows"]] == [None, words]
+    assert f"- GRPO + BiCC: {words}" in table
+    from contrastive_rlvr.html_report import write_report
+
+    page = write_report(tmp_path / "out").read_text()
+    assert f"BiCC's form in each BiCC arm: GRPO + BiCC: {words}." in page
 
 
 def test_non_embedded_model_starts_from_paper_yaml_as_train_does(

@@ -143,6 +143,8 @@ class RunSpec:
     seed: int
     output_dir: Path
     config_sha256: str = field(default="", compare=False)
+    #: BiCC's form in this run's words (``run.summary.bicc_form_words``), "" with BiCC off.
+    bicc: str = field(default="", compare=False)
 
     def overrides(self, spec: CompareSpec) -> list[str]:
         """RLVRConfig overrides of this run: the shared ones, then this cell's."""
@@ -210,6 +212,7 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
     out = Path(spec.output_dir)
     runs, clashes = [], []
     from ..run.identity import identity_of
+    from ..run.summary import bicc_form_words
 
     data_identity: dict[str, dict | None] = {}  # dataset -> its fingerprint, hashed once
     identities: dict[tuple, dict] = {}
@@ -238,7 +241,8 @@ def plan_runs(spec: CompareSpec, config_text: str | None = None) -> list[RunSpec
                     clashes.append(f"{recipe}/{arm}/seed{seed} ({clash})")
                 # The data's content is part of the key: results.json tells its versions apart.
                 keyed = {**settings, "data_sha256": data and data.get("sha256")}
-                runs.append(dataclasses.replace(run, config_sha256=_settings_sha(keyed)))
+                bicc = bicc_form_words(cfg) if cfg.bicc else ""
+                runs.append(dataclasses.replace(run, config_sha256=_settings_sha(keyed), bicc=bicc))
     if clashes:
         raise ValueError(
             f"{len(clashes)} run folder(s) of {out} hold a run made on other data or other "

@@ -30,9 +30,12 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     run_dirs: dict[tuple[str, str], dict[int, Path]] = {}
     run_keys: dict[tuple[str, str], dict[int, str]] = {}
+    bicc_forms: dict[tuple[str, str], set[str]] = {}
     failed, busy = [], []
     eval_n = None
     for res in results:
+        if res.run.bicc:
+            bicc_forms.setdefault((res.run.recipe, res.run.arm), set()).add(res.run.bicc)
         if res.status in ("interrupted", "pending"):
             continue
         if res.status == "busy":
@@ -83,6 +86,7 @@ def build_results(results: list[RunResult], spec: CompareSpec, *, pending: int =
                 "arm": arm,
                 "label": recipe_label(recipe) + ARM_SUFFIX[arm],
                 "seeds": sorted(after),
+                "bicc_form": "; ".join(sorted(bicc_forms.get((recipe, arm), ()))) or None,
                 "after": _ci_dict(after, UNIT_RANGE),
                 "before": _ci_dict(before, UNIT_RANGE),
                 "diff_vs_plain": diff.to_dict() if diff else None,
@@ -198,6 +202,10 @@ def results_markdown(report: dict) -> str:
         "interval that contains 0 means no difference was shown at this number of seeds. "
         "SFT start: the same metric before RL.",
     ]
+    bicc_rows = [row for row in report["rows"] if row.get("bicc_form")]  # old results: no key
+    forms = [f"- {row['label']}: {row['bicc_form']}" for row in bicc_rows]
+    if forms:
+        lines += ["", "BiCC's form in each BiCC arm (docs/bicc.md):", *forms]
     if any(len(row["seeds"]) == 1 for row in report["rows"]):
         lines += ["", ONE_SEED_NOTE]
     lines += _grad_var_table(report["rows"])

@@ -130,14 +130,15 @@ def run_summary(
 
 def bicc_settings(config: Any) -> str:
     """How BiCC runs, in the start line's words: its form and that form's weight."""
-    if not config.bicc:
-        return "bicc off"
+    return f"bicc on ({bicc_form_words(config)})" if config.bicc else "bicc off"
+
+
+def bicc_form_words(config: Any) -> str:
+    """BiCC's form and that form's settings, e.g. ``bicc_form conditioned: bicc_mix 1, ratio
+    paper`` (the start line's words; compare's table names each BiCC arm's form so)."""
     if config.bicc_form == "distill":
         return (
-            f"bicc on (bicc_form distill: weight {config.bicc_distill_weight:g}, rows "
-            f"{config.bicc_distill_rows}, teacher {config.bicc_teacher})"
+            f"bicc_form distill: weight {config.bicc_distill_weight:g}, rows "
+            f"{config.bicc_distill_rows}, teacher {config.bicc_teacher}"
         )
-    return (
-        f"bicc on (bicc_form conditioned: bicc_mix {config.bicc_mix:g}, ratio "
-        f"{config.bicc_ratio_mode})"
-    )
+    return f"bicc_form conditioned: bicc_mix {config.bicc_mix:g}, ratio {config.bicc_ratio_mode}"
