@@ -414,7 +414,7 @@ def _evaluate_locked(
             answer_phrase=config.answer_phrase,
         ) as reward,
         Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # names as written
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
